@@ -1,0 +1,261 @@
+//! Chat messages shared by the whole workspace: system, human, AI (with tool calls) and tool
+//! results. Every message has an id, which the messages merge rule uses to replace or remove it.
+
+use crate::id::random_id;
+use crate::json::Json;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Who wrote a message, with the fields that only that author has.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions for the model.
+    System,
+    /// A person (or the caller) speaking.
+    Human,
+    /// The model speaking, possibly asking for tools.
+    Ai {
+        /// Tool calls the model asked for, in order.
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
+        /// Token counts, when the model reported them.
+        #[serde(default)]
+        usage: Option<TokenUsage>,
+        /// Why generation stopped (`stop`, `length`, `tool_calls`, ...), when known.
+        #[serde(default)]
+        finish_reason: Option<String>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The id of the [`ToolCall`] this answers.
+        tool_call_id: String,
+        /// The tool's name.
+        name: String,
+        /// Whether the tool succeeded.
+        status: ToolStatus,
+    },
+}
+
+/// Outcome of a tool execution, as recorded on its result message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    /// The tool returned normally.
+    Success,
+    /// The tool returned an error; the content describes it.
+    Error,
+    /// The tool ran past its timeout.
+    Timeout,
+}
+
+/// A tool invocation requested by a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Unique id; the tool result message refers to it.
+    pub id: String,
+    /// Name of the tool to call.
+    pub name: String,
+    /// Arguments as JSON.
+    pub args: Json,
+}
+
+impl ToolCall {
+    /// A tool call with a fresh id.
+    pub fn new(name: impl Into<String>, args: serde_json::Value) -> Self {
+        ToolCall {
+            id: format!("call_{}", &random_id()[..16]),
+            name: name.into(),
+            args: Json(args),
+        }
+    }
+}
+
+/// Token counts of one model call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+    /// Prompt tokens served from a cached prefix instead of being computed again.
+    #[serde(default)]
+    pub cached_prompt_tokens: u32,
+}
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Unique id within a conversation.
+    pub id: String,
+    /// Author and author-specific fields.
+    #[serde(flatten)]
+    pub role: Role,
+    /// Text content.
+    pub content: String,
+    /// Optional display name of the author.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free-form string metadata.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Message {
+    fn with_role(role: Role, content: impl Into<String>) -> Self {
+        Message {
+            id: random_id(),
+            role,
+            content: content.into(),
+            name: None,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::with_role(Role::System, content)
+    }
+
+    /// A human message.
+    pub fn human(content: impl Into<String>) -> Self {
+        Self::with_role(Role::Human, content)
+    }
+
+    /// An AI message with no tool calls.
+    pub fn ai(content: impl Into<String>) -> Self {
+        Self::ai_with_tools(content, Vec::new())
+    }
+
+    /// An AI message that asks for tool calls.
+    pub fn ai_with_tools(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self::with_role(
+            Role::Ai {
+                tool_calls,
+                usage: None,
+                finish_reason: None,
+            },
+            content,
+        )
+    }
+
+    /// The result of a tool call.
+    pub fn tool(call: &ToolCall, status: ToolStatus, content: impl Into<String>) -> Self {
+        Self::with_role(
+            Role::Tool {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                status,
+            },
+            content,
+        )
+    }
+
+    /// Replaces the id (e.g. to overwrite an existing message through the messages rule).
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// Adds a metadata entry.
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// The tool calls of an AI message (empty for other roles).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        match &self.role {
+            Role::Ai { tool_calls, .. } => tool_calls,
+            _ => &[],
+        }
+    }
+
+    /// Short role name: `system`, `human`, `ai` or `tool`.
+    pub fn role_name(&self) -> &'static str {
+        match self.role {
+            Role::System => "system",
+            Role::Human => "human",
+            Role::Ai { .. } => "ai",
+            Role::Tool { .. } => "tool",
+        }
+    }
+}
+
+/// One operation of the messages merge rule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum MessageOp {
+    /// Appends the message, or replaces the existing message with the same id in place.
+    Upsert {
+        /// The message.
+        message: Message,
+    },
+    /// Removes the message with this id. Removing an id that is not present is an error.
+    Remove {
+        /// Id of the message to remove.
+        id: String,
+    },
+    /// Removes every message.
+    RemoveAll,
+}
+
+impl MessageOp {
+    /// A removal marker for the message with `id`.
+    pub fn remove(id: impl Into<String>) -> Self {
+        MessageOp::Remove { id: id.into() }
+    }
+}
+
+impl From<Message> for MessageOp {
+    fn from(message: Message) -> Self {
+        MessageOp::Upsert { message }
+    }
+}
+
+/// The update value of a field under the messages rule: a list of operations applied in order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessagesUpdate(pub Vec<MessageOp>);
+
+impl MessagesUpdate {
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no operations.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<Message> for MessagesUpdate {
+    fn from(m: Message) -> Self {
+        MessagesUpdate(vec![m.into()])
+    }
+}
+
+impl From<Vec<Message>> for MessagesUpdate {
+    fn from(v: Vec<Message>) -> Self {
+        MessagesUpdate(v.into_iter().map(MessageOp::from).collect())
+    }
+}
+
+impl From<MessageOp> for MessagesUpdate {
+    fn from(op: MessageOp) -> Self {
+        MessagesUpdate(vec![op])
+    }
+}
+
+impl From<Vec<MessageOp>> for MessagesUpdate {
+    fn from(v: Vec<MessageOp>) -> Self {
+        MessagesUpdate(v)
+    }
+}
+
+impl<const N: usize> From<[Message; N]> for MessagesUpdate {
+    fn from(v: [Message; N]) -> Self {
+        MessagesUpdate(v.into_iter().map(MessageOp::from).collect())
+    }
+}

@@ -1,0 +1,821 @@
+//! The coordinator actor: one per run, it drives the supersteps.
+//!
+//! A step: plan the tasks (from the frame), reuse outputs recorded by an earlier attempt of
+//! the same step, hand the rest to agents, collect their answers (retrying failures under the
+//! node's policy, killing agents that overrun their timeout), and at the barrier either merge
+//! everything into a new checkpoint or, if a task failed or interrupted, record the finished
+//! tasks' outputs as pending writes and stop. Nothing of a step is applied unless all of it is.
+
+use crate::config::RunConfig;
+use crate::error::RunError;
+use crate::events::EventTx;
+use crate::pool::{AgentMsg, AgentPool, ReplyGuard, TaskRequest};
+use crate::runtime::{RunGuard, RuntimeInner};
+use crate::writer::Writer;
+use ferrograph_core::checkpoint::{
+    decode_output, encode_checkpoint, encode_output, ChainStats, CheckpointSaver,
+    CheckpointSource, PendingKind, PendingWrite, ThreadInfo, ThreadStatus,
+};
+use ferrograph_core::engine::{FinishedTask, Frame, PlannedTask};
+use ferrograph_core::id::stable_hash;
+use ferrograph_core::json::Json;
+use ferrograph_core::node::{interrupt_id, CommandTarget, NodeContextParts, NodeError, NodeOutput};
+use ferrograph_core::stream::{StreamEvent, StreamMode, TaskOutcome};
+use ferrograph_core::{CompiledGraph, Interrupt, State};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// What an agent reports for a task.
+pub(crate) enum TaskResult<S: State> {
+    Output(NodeOutput<S>),
+    Interrupted {
+        interrupts: Vec<Interrupt>,
+        child: Option<Vec<u8>>,
+    },
+    Failed(NodeError),
+}
+
+/// Messages of the coordinator.
+pub(crate) enum CoordMsg<S: State> {
+    /// Run the next superstep.
+    Step,
+    /// An agent answered.
+    TaskDone {
+        slot: usize,
+        attempt: u32,
+        result: TaskResult<S>,
+        duration: Duration,
+    },
+    /// A task's attempt ran out of time.
+    TaskTimeout { slot: usize, attempt: u32 },
+    /// Dispatch a task again after its backoff.
+    Retry { slot: usize },
+    /// The whole run ran out of time.
+    RunTimeout,
+}
+
+/// How a run ended.
+pub(crate) enum RunEnd<S: State> {
+    Done {
+        frame: Frame<S>,
+        writes: Vec<S::Update>,
+    },
+    Interrupted {
+        frame: Frame<S>,
+        interrupts: Vec<Interrupt>,
+        pending: Vec<PendingWrite>,
+    },
+    Drained {
+        frame: Frame<S>,
+    },
+    /// A subgraph node addressed its parent: the subgraph stops and the parent applies this.
+    Parent {
+        output: NodeOutput<S>,
+        writes: Vec<S::Update>,
+    },
+    Failed(RunError),
+}
+
+/// Everything a coordinator starts with.
+pub(crate) struct RunArgs<S: State> {
+    pub(crate) graph: CompiledGraph<S>,
+    pub(crate) pool: Arc<AgentPool<S>>,
+    pub(crate) runtime: Arc<RuntimeInner>,
+    pub(crate) writer: Writer,
+    pub(crate) thread_id: Option<Arc<str>>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) frame: Frame<S>,
+    pub(crate) stats: ChainStats,
+    pub(crate) pending: Vec<PendingWrite>,
+    pub(crate) config: RunConfig,
+    pub(crate) events: Option<EventTx<S>>,
+    pub(crate) done: oneshot::Sender<RunEnd<S>>,
+    /// Subgraph mode: keep every merged update for the parent; parent commands end the run.
+    pub(crate) is_subgraph: bool,
+    pub(crate) guard: Option<RunGuard>,
+    /// Where to record the thread's status when the run ends.
+    pub(crate) saver: Option<Arc<dyn CheckpointSaver>>,
+    pub(crate) thread_info: Option<ThreadInfo>,
+}
+
+enum SlotState<S: State> {
+    Waiting,
+    Running,
+    Done(NodeOutput<S>),
+    Interrupted(Vec<Interrupt>),
+    Failed(NodeError),
+}
+
+struct Slot<S: State> {
+    task: PlannedTask<S>,
+    node: usize,
+    attempt: u32,
+    resume: Vec<(String, Json)>,
+    child: Option<Vec<u8>>,
+    state: SlotState<S>,
+    agent: Option<ActorRef<AgentMsg<S>>>,
+    started: Instant,
+}
+
+/// The coordinator's state.
+pub(crate) struct RunState<S: State> {
+    args: RunArgs<S>,
+    done: Option<oneshot::Sender<RunEnd<S>>>,
+    slots: Vec<Slot<S>>,
+    outstanding: usize,
+    steps_run: u64,
+    pass_static_before: bool,
+    collected: Vec<S::Update>,
+    started: Instant,
+}
+
+/// The coordinator actor.
+pub(crate) struct Coordinator<S: State>(std::marker::PhantomData<fn() -> S>);
+
+impl<S: State> Coordinator<S> {
+    pub(crate) fn new() -> Self {
+        Coordinator(std::marker::PhantomData)
+    }
+}
+
+impl<S: State> Actor for Coordinator<S> {
+    type Msg = CoordMsg<S>;
+    type State = RunState<S>;
+    type Arguments = RunArgs<S>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        mut args: RunArgs<S>,
+    ) -> Result<RunState<S>, ActorProcessingErr> {
+        let done = args.done_take();
+        let pass_static_before = args
+            .pending
+            .iter()
+            .any(|w| matches!(w.kind, PendingKind::StaticInterrupt));
+        if let Some(t) = args.config.timeout {
+            let me = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(t).await;
+                let _ = me.cast(CoordMsg::RunTimeout);
+            });
+        }
+        let _ = myself.cast(CoordMsg::Step);
+        Ok(RunState {
+            args,
+            done: Some(done),
+            slots: Vec::new(),
+            outstanding: 0,
+            steps_run: 0,
+            pass_static_before,
+            collected: Vec::new(),
+            started: Instant::now(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        st: &mut RunState<S>,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.done.is_none() {
+            return Ok(());
+        }
+        let outcome = match message {
+            CoordMsg::Step => st.start_step(&myself).await,
+            CoordMsg::TaskDone {
+                slot,
+                attempt,
+                result,
+                duration,
+            } => st.task_done(&myself, slot, attempt, result, duration).await,
+            CoordMsg::TaskTimeout { slot, attempt } => st.task_timeout(&myself, slot, attempt).await,
+            CoordMsg::Retry { slot } => match st.dispatch(&myself, slot).await {
+                Ok(()) => Ok(None),
+                Err(e) => Err(e),
+            },
+            CoordMsg::RunTimeout => {
+                st.kill_running();
+                let limit = st.args.config.timeout.unwrap_or_default();
+                Err(RunError::Timeout(limit))
+            }
+        };
+        let end = match outcome {
+            Ok(None) => return Ok(()),
+            Ok(Some(end)) => end,
+            Err(e) => RunEnd::Failed(e),
+        };
+        st.finish(end).await;
+        myself.stop(None);
+        Ok(())
+    }
+}
+
+impl<S: State> RunArgs<S> {
+    fn done_take(&mut self) -> oneshot::Sender<RunEnd<S>> {
+        let (placeholder, _) = oneshot::channel();
+        std::mem::replace(&mut self.done, placeholder)
+    }
+}
+
+type StepOutcome<S> = Result<Option<RunEnd<S>>, RunError>;
+
+impl<S: State> RunState<S> {
+    async fn emit(&self, mode: StreamMode, make: impl FnOnce() -> StreamEvent<S>) {
+        if let Some(ev) = &self.args.events {
+            if ev.wants(mode) {
+                ev.send(make()).await;
+            }
+        }
+    }
+
+    fn thread_str(&self) -> String {
+        self.args
+            .thread_id
+            .as_deref()
+            .map(str::to_string)
+            .unwrap_or_default()
+    }
+
+    async fn record_pending(&mut self, write: PendingWrite) -> Result<(), RunError> {
+        if self.args.writer.is_on() {
+            let thread = self.thread_str();
+            let cp = self.args.frame.checkpoint_id.clone();
+            self.args
+                .writer
+                .put_writes(&thread, &cp, vec![write.clone()])
+                .await?;
+        }
+        self.args.pending.push(write);
+        Ok(())
+    }
+
+    async fn start_step(&mut self, myself: &ActorRef<CoordMsg<S>>) -> StepOutcome<S> {
+        if self.args.frame.next.is_empty() {
+            return Ok(Some(RunEnd::Done {
+                frame: self.args.frame.clone(),
+                writes: std::mem::take(&mut self.collected),
+            }));
+        }
+        if self.steps_run > 0 && self.args.runtime.is_draining() {
+            return Ok(Some(RunEnd::Drained {
+                frame: self.args.frame.clone(),
+            }));
+        }
+        if self.steps_run >= self.args.config.max_steps {
+            return Err(RunError::StepLimit {
+                limit: self.args.config.max_steps,
+            });
+        }
+        let spec = self.args.graph.spec();
+        let before: Vec<&PlannedTask<S>> = self
+            .args
+            .frame
+            .next
+            .iter()
+            .filter(|t| {
+                self.args
+                    .graph
+                    .node_index(&t.node)
+                    .is_some_and(|i| spec.interrupt_before.contains(&i))
+            })
+            .collect();
+        if !before.is_empty() && !self.pass_static_before {
+            let interrupts = before
+                .iter()
+                .map(|t| static_interrupt(&self.args.frame.checkpoint_id, &t.node, "before", &t.id))
+                .collect::<Vec<_>>();
+            self.record_pending(PendingWrite {
+                task_id: String::new(),
+                node: String::new(),
+                kind: PendingKind::StaticInterrupt,
+            })
+            .await?;
+            self.record_pending(PendingWrite {
+                task_id: String::new(),
+                node: String::new(),
+                kind: PendingKind::Interrupts(interrupts.clone()),
+            })
+            .await?;
+            return Ok(Some(self.interrupted(interrupts)));
+        }
+        self.pass_static_before = false;
+
+        // Build the slots, reusing what earlier attempts of this step recorded.
+        let mut slots = Vec::with_capacity(self.args.frame.next.len());
+        for task in &self.args.frame.next {
+            let node = self
+                .args
+                .graph
+                .node_index(&task.node)
+                .ok_or_else(|| RunError::Internal(format!("planned unknown node `{}`", task.node)))?;
+            slots.push(Slot {
+                task: task.clone(),
+                node,
+                attempt: 1,
+                resume: Vec::new(),
+                child: None,
+                state: SlotState::Waiting,
+                agent: None,
+                started: Instant::now(),
+            });
+        }
+        for w in &self.args.pending {
+            let Some(slot) = slots.iter_mut().find(|s| s.task.id == w.task_id) else {
+                continue;
+            };
+            match &w.kind {
+                PendingKind::Output(bytes) => {
+                    let out = decode_output::<S>(bytes).map_err(|source| {
+                        ferrograph_core::CheckpointError::Corrupt {
+                            thread: self.thread_str(),
+                            checkpoint: self.args.frame.checkpoint_id.clone(),
+                            source,
+                        }
+                    })?;
+                    slot.state = SlotState::Done(out);
+                }
+                PendingKind::Resume(values) => slot.resume.extend(values.iter().cloned()),
+                PendingKind::Subgraph(bytes) => slot.child = Some(bytes.clone()),
+                _ => {}
+            }
+        }
+        self.slots = slots;
+        self.outstanding = 0;
+        let step = self.args.frame.step + 1;
+        for i in 0..self.slots.len() {
+            if matches!(self.slots[i].state, SlotState::Done(_)) {
+                let (node, task_id) = (self.slots[i].task.node.clone(), self.slots[i].task.id.clone());
+                let ns = self.args.namespace.clone();
+                self.emit(StreamMode::Tasks, || StreamEvent::TaskEnd {
+                    namespace: ns,
+                    step,
+                    node: node.into(),
+                    task_id: task_id.into(),
+                    attempt: 0,
+                    duration: Duration::ZERO,
+                    outcome: TaskOutcome::Cached,
+                })
+                .await;
+            } else {
+                self.outstanding += 1;
+            }
+        }
+        if self.outstanding == 0 {
+            return self.barrier(myself).await;
+        }
+        for i in 0..self.slots.len() {
+            if matches!(self.slots[i].state, SlotState::Waiting) {
+                self.dispatch(myself, i).await?;
+            }
+        }
+        Ok(None)
+    }
+
+    async fn dispatch(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize) -> Result<(), RunError> {
+        let node = self.slots[i].node;
+        let agent = self.args.pool.acquire(node).await?;
+        let step = self.args.frame.step + 1;
+        let spec = self.args.graph.node(node);
+        let slot = &mut self.slots[i];
+        slot.state = SlotState::Running;
+        slot.started = Instant::now();
+        slot.agent = Some(agent.clone());
+        let input = match &slot.task.input {
+            Some(s) => Arc::new(s.clone()),
+            None => self.args.frame.state.clone(),
+        };
+        let resume_values = ordered_resume(&self.args.namespace, &slot.task.id, &slot.resume);
+        let req = TaskRequest {
+            node,
+            input,
+            ctx: NodeContextParts {
+                node: spec.name.clone(),
+                task_id: slot.task.id.as_str().into(),
+                namespace: self.args.namespace.clone(),
+                step,
+                attempt: slot.attempt,
+                thread_id: self.args.thread_id.clone(),
+                resume: resume_values,
+                sink: None,
+            },
+            resume: slot.resume.clone(),
+            child: slot.child.clone(),
+            max_steps: self.args.config.max_steps,
+            events: self.args.events.clone(),
+            reply: ReplyGuard {
+                coord: myself.clone(),
+                slot: i,
+                attempt: slot.attempt,
+                started: Instant::now(),
+                sent: false,
+            },
+        };
+        let attempt = slot.attempt;
+        let (name, task_id) = (spec.name.clone(), slot.task.id.clone());
+        if let Some(limit) = spec.options.timeout {
+            let me = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                let _ = me.cast(CoordMsg::TaskTimeout { slot: i, attempt });
+            });
+        }
+        let ns = self.args.namespace.clone();
+        self.emit(StreamMode::Tasks, || StreamEvent::TaskStart {
+            namespace: ns,
+            step,
+            node: name,
+            task_id: task_id.into(),
+            attempt,
+        })
+        .await;
+        if agent.cast(AgentMsg::Execute(Box::new(req))).is_err() {
+            // The agent died between acquire and send; the dropped request's guard reports it.
+        }
+        Ok(())
+    }
+
+    async fn task_done(
+        &mut self,
+        myself: &ActorRef<CoordMsg<S>>,
+        i: usize,
+        attempt: u32,
+        result: TaskResult<S>,
+        duration: Duration,
+    ) -> StepOutcome<S> {
+        let Some(slot) = self.slots.get(i) else {
+            return Ok(None);
+        };
+        if slot.attempt != attempt || !matches!(slot.state, SlotState::Running) {
+            return Ok(None); // A stale answer (timed out or superseded).
+        }
+        let step = self.args.frame.step + 1;
+        let node_idx = slot.node;
+        let spec = self.args.graph.node(node_idx);
+        let (name, task_id) = (spec.name.clone(), slot.task.id.clone());
+        let outcome;
+        let mut new_state = match result {
+            TaskResult::Output(out) => {
+                outcome = TaskOutcome::Ok;
+                SlotState::Done(out)
+            }
+            TaskResult::Interrupted {
+                mut interrupts,
+                child,
+            } => {
+                outcome = TaskOutcome::Interrupted;
+                if child.is_some() {
+                    for it in &mut interrupts {
+                        it.node = format!("{}/{}", name, it.node);
+                    }
+                }
+                self.slots[i].child = child;
+                SlotState::Interrupted(interrupts)
+            }
+            TaskResult::Failed(err) => {
+                let will_retry = spec
+                    .options
+                    .retry
+                    .as_ref()
+                    .is_some_and(|p| p.should_retry(attempt, &err));
+                outcome = TaskOutcome::Error {
+                    error: err.to_string(),
+                    will_retry,
+                };
+                SlotState::Failed(err)
+            }
+        };
+        let ns = self.args.namespace.clone();
+        let outcome_for_event = outcome.clone();
+        self.emit(StreamMode::Tasks, || StreamEvent::TaskEnd {
+            namespace: ns,
+            step,
+            node: name.clone(),
+            task_id: task_id.clone().into(),
+            attempt,
+            duration,
+            outcome: outcome_for_event,
+        })
+        .await;
+        self.slots[i].agent = None;
+        if let TaskOutcome::Error { will_retry: true, .. } = outcome {
+            let policy = spec.options.retry.clone().unwrap_or_default();
+            let wait = policy.backoff(attempt);
+            tracing::debug!(node = %name, attempt, ?wait, "retrying task");
+            self.slots[i].attempt += 1;
+            self.slots[i].state = SlotState::Waiting;
+            let me = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = me.cast(CoordMsg::Retry { slot: i });
+            });
+            return Ok(None);
+        }
+        if let SlotState::Done(out) = &new_state {
+            // Record the output at once, so a crash or a sibling's failure does not run it again.
+            if self.args.writer.is_on() || self.args.is_subgraph {
+                let bytes = encode_output(out).map_err(|source| {
+                    ferrograph_core::CheckpointError::Corrupt {
+                        thread: self.thread_str(),
+                        checkpoint: self.args.frame.checkpoint_id.clone(),
+                        source,
+                    }
+                })?;
+                self.record_pending(PendingWrite {
+                    task_id: task_id.clone(),
+                    node: name.to_string(),
+                    kind: PendingKind::Output(bytes),
+                })
+                .await?;
+            }
+        }
+        std::mem::swap(&mut self.slots[i].state, &mut new_state);
+        self.outstanding -= 1;
+        if self.outstanding == 0 {
+            return self.barrier(myself).await;
+        }
+        Ok(None)
+    }
+
+    async fn task_timeout(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize, attempt: u32) -> StepOutcome<S> {
+        let Some(slot) = self.slots.get_mut(i) else {
+            return Ok(None);
+        };
+        if slot.attempt != attempt || !matches!(slot.state, SlotState::Running) {
+            return Ok(None);
+        }
+        if let Some(agent) = slot.agent.take() {
+            agent.kill();
+        }
+        let limit = self
+            .args
+            .graph
+            .node(slot.node)
+            .options
+            .timeout
+            .unwrap_or_default();
+        let elapsed = slot.started.elapsed();
+        self.task_done(
+            myself,
+            i,
+            attempt,
+            TaskResult::Failed(NodeError::Timeout(limit)),
+            elapsed,
+        )
+        .await
+    }
+
+    fn kill_running(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(agent) = slot.agent.take() {
+                agent.kill();
+            }
+        }
+    }
+
+    fn interrupted(&self, interrupts: Vec<Interrupt>) -> RunEnd<S> {
+        RunEnd::Interrupted {
+            frame: self.args.frame.clone(),
+            interrupts,
+            pending: self.args.pending.clone(),
+        }
+    }
+
+    async fn barrier(&mut self, myself: &ActorRef<CoordMsg<S>>) -> StepOutcome<S> {
+        // A failure anywhere: nothing of the step is applied.
+        let failed = self.slots.iter().position(|s| matches!(s.state, SlotState::Failed(_)));
+        if let Some(i) = failed {
+            let slot = &mut self.slots[i];
+            let SlotState::Failed(err) = std::mem::replace(&mut slot.state, SlotState::Waiting) else {
+                return Err(RunError::Internal("failed slot without error".into()));
+            };
+            let (node, task_id, attempts) = (slot.task.node.clone(), slot.task.id.clone(), slot.attempt);
+            self.record_pending(PendingWrite {
+                task_id: task_id.clone(),
+                node: node.clone(),
+                kind: PendingKind::Error(err.to_string()),
+            })
+            .await?;
+            return Err(RunError::Node {
+                node,
+                task_id,
+                attempts,
+                source: err,
+            });
+        }
+        let mut interrupts = Vec::new();
+        let mut records = Vec::new();
+        for slot in &self.slots {
+            if let SlotState::Interrupted(list) = &slot.state {
+                interrupts.extend(list.iter().cloned());
+                records.push(PendingWrite {
+                    task_id: slot.task.id.clone(),
+                    node: slot.task.node.clone(),
+                    kind: PendingKind::Interrupts(list.clone()),
+                });
+                if let Some(child) = &slot.child {
+                    records.push(PendingWrite {
+                        task_id: slot.task.id.clone(),
+                        node: slot.task.node.clone(),
+                        kind: PendingKind::Subgraph(child.clone()),
+                    });
+                }
+            }
+        }
+        if !interrupts.is_empty() {
+            for r in records {
+                self.record_pending(r).await?;
+            }
+            let ns = self.args.namespace.clone();
+            let list = interrupts.clone();
+            if let Some(ev) = &self.args.events {
+                ev.send(StreamEvent::Interrupt {
+                    namespace: ns,
+                    interrupts: list,
+                })
+                .await;
+            }
+            return Ok(Some(self.interrupted(interrupts)));
+        }
+
+        // Everything finished: merge in plan order.
+        let mut finished = Vec::with_capacity(self.slots.len());
+        let mut parent: Option<NodeOutput<S>> = None;
+        let mut ran: Vec<usize> = Vec::with_capacity(self.slots.len());
+        for slot in std::mem::take(&mut self.slots) {
+            ran.push(slot.node);
+            let SlotState::Done(output) = slot.state else {
+                return Err(RunError::Internal("unsettled slot at the barrier".into()));
+            };
+            if output.target == CommandTarget::Parent && self.args.is_subgraph {
+                let p = parent.get_or_insert_with(NodeOutput::empty);
+                p.updates.extend(output.updates);
+                p.goto.extend(output.goto);
+                continue;
+            }
+            finished.push(FinishedTask {
+                task: slot.task,
+                output,
+            });
+        }
+        let commit = self.args.graph.commit_step(&self.args.frame, finished)?;
+        let thread = self.thread_str();
+        if self.args.writer.is_on() {
+            let record = encode_checkpoint(
+                &thread,
+                &commit.frame,
+                &commit.writes,
+                CheckpointSource::Loop,
+                &mut self.args.stats,
+            )
+            .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
+                thread: thread.clone(),
+                checkpoint: commit.frame.checkpoint_id.clone(),
+                source,
+            })?;
+            self.args.writer.put(record).await?;
+        }
+        let step = commit.frame.step;
+        if let Some(ev) = &self.args.events {
+            let ns = self.args.namespace.clone();
+            if ev.wants(StreamMode::Updates) {
+                for (node, update) in &commit.writes {
+                    ev.send(StreamEvent::Updates {
+                        namespace: ns.clone(),
+                        step,
+                        node: node.as_str().into(),
+                        update: update.clone(),
+                    })
+                    .await;
+                }
+            }
+            if ev.wants(StreamMode::Values) {
+                ev.send(StreamEvent::Values {
+                    namespace: ns.clone(),
+                    step,
+                    state: commit.frame.state.clone(),
+                })
+                .await;
+            }
+            if ev.wants(StreamMode::Debug) {
+                ev.send(StreamEvent::Checkpoint {
+                    namespace: ns,
+                    step,
+                    checkpoint_id: commit.frame.checkpoint_id.clone(),
+                    next: commit.frame.next_nodes(),
+                })
+                .await;
+            }
+        }
+        if self.args.is_subgraph {
+            self.collected
+                .extend(commit.writes.iter().map(|(_, u)| u.clone()));
+        }
+        self.args.frame = commit.frame;
+        self.args.pending.clear();
+        self.steps_run += 1;
+        if let Some(mut p) = parent {
+            let writes = std::mem::take(&mut self.collected);
+            p.target = CommandTarget::Current;
+            return Ok(Some(RunEnd::Parent { output: p, writes }));
+        }
+        let spec = self.args.graph.spec();
+        let after: Vec<usize> = ran
+            .into_iter()
+            .filter(|i| spec.interrupt_after.contains(i))
+            .collect();
+        if !after.is_empty() {
+            let cp = self.args.frame.checkpoint_id.clone();
+            let interrupts: Vec<Interrupt> = after
+                .iter()
+                .map(|&i| {
+                    let node = spec.nodes[i].name.to_string();
+                    static_interrupt(&cp, &node, "after", &cp)
+                })
+                .collect();
+            self.record_pending(PendingWrite {
+                task_id: String::new(),
+                node: String::new(),
+                kind: PendingKind::Interrupts(interrupts.clone()),
+            })
+            .await?;
+            return Ok(Some(self.interrupted(interrupts)));
+        }
+        let _ = myself.cast(CoordMsg::Step);
+        Ok(None)
+    }
+
+    async fn finish(&mut self, end: RunEnd<S>) {
+        let end = match self.args.writer.finish().await {
+            Ok(()) => end,
+            Err(e) => RunEnd::Failed(RunError::Checkpoint(e)),
+        };
+        tracing::debug!(
+            graph = self.args.graph.name(),
+            steps = self.steps_run,
+            elapsed = ?self.started.elapsed(),
+            "run finished"
+        );
+        if let (Some(saver), Some(mut info)) = (self.args.saver.clone(), self.args.thread_info.take()) {
+            let (status, error, interrupts, frame_id) = match &end {
+                RunEnd::Done { frame, .. } => (ThreadStatus::Done, None, Vec::new(), Some(frame.checkpoint_id.clone())),
+                RunEnd::Interrupted { frame, interrupts, .. } => (
+                    ThreadStatus::Interrupted,
+                    None,
+                    interrupts.clone(),
+                    Some(frame.checkpoint_id.clone()),
+                ),
+                RunEnd::Drained { frame } => (
+                    ThreadStatus::Interrupted,
+                    Some("drained at shutdown; continue the thread to finish".to_string()),
+                    Vec::new(),
+                    Some(frame.checkpoint_id.clone()),
+                ),
+                RunEnd::Parent { .. } => (ThreadStatus::Done, None, Vec::new(), None),
+                RunEnd::Failed(e) => (ThreadStatus::Failed, Some(e.to_string()), Vec::new(), None),
+            };
+            info.status = status;
+            info.error = error;
+            info.interrupts = interrupts;
+            info.updated_at_ms = ferrograph_core::id::now_millis();
+            info.last_checkpoint_id = frame_id.or(Some(self.args.frame.checkpoint_id.clone()));
+            let result = match saver.put_thread(info).await {
+                Ok(()) => saver.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::error!(error = %e, "could not record the thread status");
+            }
+        }
+        if let Some(done) = self.done.take() {
+            let _ = done.send(end);
+        }
+        self.args.guard.take();
+    }
+}
+
+/// Resume values for a task's interrupts in the order the node will ask for them: the `k`-th
+/// interrupt of the task has a known id, and gets the value addressed to that id.
+pub(crate) fn ordered_resume(namespace: &str, task_id: &str, values: &[(String, Json)]) -> Vec<Json> {
+    let mut out = Vec::new();
+    loop {
+        let id = interrupt_id(namespace, task_id, out.len());
+        match values.iter().rev().find(|(k, _)| *k == id) {
+            Some((_, v)) => out.push(v.clone()),
+            None => return out,
+        }
+    }
+}
+
+fn static_interrupt(checkpoint: &str, node: &str, when: &str, task_id: &str) -> Interrupt {
+    Interrupt {
+        id: stable_hash(&[checkpoint.as_bytes(), node.as_bytes(), when.as_bytes()]),
+        node: node.to_string(),
+        task_id: task_id.to_string(),
+        value: Json(serde_json::json!({ "static": when, "node": node })),
+        static_: true,
+    }
+}

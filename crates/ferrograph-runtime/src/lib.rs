@@ -1,0 +1,21 @@
+//! The ferrograph runtime: runs compiled graphs on supervised actors.
+//!
+//! A [`Runtime`] owns a supervision tree. Each loaded graph gets a supervisor whose agent
+//! actors run its nodes; each run gets a coordinator actor that drives its supersteps. Actors
+//! exchange typed messages only. See `coordinator` for the step protocol and `pool` for
+//! supervision and restarts.
+
+mod config;
+mod coordinator;
+mod error;
+mod events;
+mod pool;
+mod runner;
+mod runtime;
+mod subgraph;
+mod writer;
+
+pub use config::{Durability, RestartIntensity, RunConfig, RuntimeConfig};
+pub use error::RunError;
+pub use runner::{GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, StateSnapshot};
+pub use runtime::Runtime;

@@ -1,0 +1,406 @@
+//! Agent actors and their supervisor.
+//!
+//! Every node of a graph runs inside an agent actor. Agents of a node are pooled: an idle agent
+//! takes the next task of that node, runs it, answers the coordinator and goes back to the
+//! pool. Each agent handles one task at a time, so its mailbox never holds more than one
+//! message; concurrency comes from having several agents.
+//!
+//! All agents of a graph are linked to one supervisor actor. A node that panics makes its
+//! agent fail on purpose after reporting the panic to the coordinator; the supervisor then
+//! restarts it (a fresh agent joins the pool) unless the node's agents failed more than
+//! `max_restarts` times within the window, in which case the supervisor escalates: the node is
+//! marked failed, runs that reach it fail with [`RunError::Escalated`], and the supervisor stops
+//! with an error that its own supervisor (the runtime's root) records.
+
+use crate::config::RuntimeConfig;
+use crate::coordinator::{CoordMsg, TaskResult};
+use crate::error::RunError;
+use crate::runtime::RuntimeInner;
+use crate::subgraph::run_subgraph;
+use ferrograph_core::engine::panic_message;
+use ferrograph_core::graph::NodeKind;
+use ferrograph_core::json::Json;
+use ferrograph_core::node::{NodeContext, NodeContextParts, NodeError};
+use ferrograph_core::{CompiledGraph, State};
+use futures::FutureExt;
+use parking_lot::Mutex;
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+/// A task handed to an agent.
+pub(crate) struct TaskRequest<S: State> {
+    pub(crate) node: usize,
+    pub(crate) input: Arc<S>,
+    pub(crate) ctx: NodeContextParts,
+    /// Resume values addressed by interrupt id (a subgraph routes them to its own tasks).
+    pub(crate) resume: Vec<(String, Json)>,
+    /// An interrupted subgraph's saved frame.
+    pub(crate) child: Option<Vec<u8>>,
+    pub(crate) max_steps: u64,
+    pub(crate) events: Option<crate::events::EventTx<S>>,
+    pub(crate) reply: ReplyGuard<S>,
+}
+
+/// Answers the coordinator exactly once: with the result, or, if the agent dies first (panic
+/// unwinding, kill on timeout), with [`NodeError::AgentLost`] from `Drop`.
+pub(crate) struct ReplyGuard<S: State> {
+    pub(crate) coord: ActorRef<CoordMsg<S>>,
+    pub(crate) slot: usize,
+    pub(crate) attempt: u32,
+    pub(crate) started: Instant,
+    pub(crate) sent: bool,
+}
+
+impl<S: State> ReplyGuard<S> {
+    fn send(mut self, result: TaskResult<S>) {
+        self.sent = true;
+        let _ = self.coord.cast(CoordMsg::TaskDone {
+            slot: self.slot,
+            attempt: self.attempt,
+            result,
+            duration: self.started.elapsed(),
+        });
+    }
+}
+
+impl<S: State> Drop for ReplyGuard<S> {
+    fn drop(&mut self) {
+        if !self.sent {
+            let _ = self.coord.cast(CoordMsg::TaskDone {
+                slot: self.slot,
+                attempt: self.attempt,
+                result: TaskResult::Failed(NodeError::AgentLost(
+                    "the agent stopped while running the task".into(),
+                )),
+                duration: self.started.elapsed(),
+            });
+        }
+    }
+}
+
+/// Messages an agent understands.
+pub(crate) enum AgentMsg<S: State> {
+    /// Run a task and answer through its reply guard.
+    Execute(Box<TaskRequest<S>>),
+}
+
+/// The agent actor: runs one node's tasks.
+pub(crate) struct AgentActor<S: State> {
+    pool: Weak<AgentPool<S>>,
+    node: usize,
+}
+
+impl<S: State> Actor for AgentActor<S> {
+    type Msg = AgentMsg<S>;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        _state: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        let AgentMsg::Execute(req) = message;
+        let Some(pool) = self.pool.upgrade() else {
+            // The pool is gone: the guard answers with AgentLost.
+            myself.stop(None);
+            return Ok(());
+        };
+        let TaskRequest {
+            node,
+            input,
+            ctx,
+            resume,
+            child,
+            max_steps,
+            events,
+            reply,
+        } = *req;
+        debug_assert_eq!(node, self.node);
+        let spec = pool.graph.node(node);
+        let work = async {
+            match &spec.kind {
+                NodeKind::Func(f) => {
+                    let sink = events
+                        .clone()
+                        .map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>);
+                    let ctx = NodeContext::new(NodeContextParts { sink, ..ctx });
+                    match f.call(input, ctx).await {
+                        Ok(out) => TaskResult::Output(out),
+                        Err(NodeError::Interrupted(list)) => TaskResult::Interrupted {
+                            interrupts: list,
+                            child: None,
+                        },
+                        Err(e) => TaskResult::Failed(e),
+                    }
+                }
+                NodeKind::Subgraph(graph) => {
+                    let Some(runtime) = pool.runtime.upgrade() else {
+                        return TaskResult::Failed(NodeError::fatal("the runtime is gone"));
+                    };
+                    run_subgraph(
+                        &runtime,
+                        graph.clone(),
+                        input,
+                        &ctx,
+                        child,
+                        resume,
+                        max_steps,
+                        events.clone(),
+                    )
+                    .await
+                }
+            }
+        };
+        match AssertUnwindSafe(work).catch_unwind().await {
+            Ok(result) => {
+                reply.send(result);
+                pool.release(self.node, myself);
+                Ok(())
+            }
+            Err(payload) => {
+                let message = panic_message(payload.as_ref());
+                reply.send(TaskResult::Failed(NodeError::Panicked(message.clone())));
+                // Fail on purpose so that the supervisor sees it and restarts the agent.
+                Err(format!("node `{}` panicked: {message}", spec.name).into())
+            }
+        }
+    }
+}
+
+/// The per-graph supervisor actor.
+pub(crate) struct PoolSupervisor<S: State> {
+    pool: Weak<AgentPool<S>>,
+}
+
+/// Messages of the supervisor.
+pub(crate) enum SupervisorMsg {
+    /// Stop every agent and then the supervisor.
+    Shutdown,
+}
+
+/// Restart history per node.
+pub(crate) struct SupervisorState {
+    restarts: HashMap<usize, VecDeque<Instant>>,
+}
+
+impl<S: State> Actor for PoolSupervisor<S> {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<SupervisorState, ActorProcessingErr> {
+        Ok(SupervisorState {
+            restarts: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: SupervisorMsg,
+        _state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Shutdown => {
+                myself.stop_children(None);
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(pool) = self.pool.upgrade() else {
+            return Ok(());
+        };
+        match event {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let Some(node) = pool.forget(cell.get_id()) else {
+                    return Ok(());
+                };
+                let name = pool.graph.node(node).name.to_string();
+                let limit = pool.config.restart_intensity;
+                let now = Instant::now();
+                let history = state.restarts.entry(node).or_default();
+                history.push_back(now);
+                while history
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) > limit.within)
+                {
+                    history.pop_front();
+                }
+                if history.len() as u32 > limit.max_restarts {
+                    tracing::error!(node = %name, error = %err, "restart limit exceeded, escalating");
+                    pool.escalate(node, err.to_string());
+                    return Err(format!(
+                        "agents of node `{name}` failed {} times within {:?}: {err}",
+                        history.len(),
+                        limit.within
+                    )
+                    .into());
+                }
+                tracing::warn!(node = %name, error = %err, "agent failed, restarting");
+                pool.restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Ok(agent) = pool.spawn_agent(node, myself.get_cell()).await {
+                    pool.release(node, agent);
+                }
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                pool.forget(cell.get_id());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The agents of one compiled graph.
+pub(crate) struct AgentPool<S: State> {
+    pub(crate) graph: CompiledGraph<S>,
+    pub(crate) runtime: Weak<RuntimeInner>,
+    pub(crate) config: RuntimeConfig,
+    me: Weak<AgentPool<S>>,
+    supervisor: OnceLock<ActorRef<SupervisorMsg>>,
+    idle: Vec<Mutex<Vec<ActorRef<AgentMsg<S>>>>>,
+    agents: Mutex<HashMap<ActorId, usize>>,
+    escalated: Mutex<Option<(usize, String)>>,
+    /// Agents restarted after a failure.
+    pub(crate) restarts: AtomicU64,
+}
+
+impl<S: State> AgentPool<S> {
+    /// Creates the pool and its supervisor, linked under `root`.
+    pub(crate) async fn start(
+        graph: CompiledGraph<S>,
+        runtime: &Arc<RuntimeInner>,
+        root: ActorCell,
+    ) -> Result<Arc<Self>, RunError> {
+        let n = graph.spec().nodes.len();
+        let pool = Arc::new_cyclic(|me| AgentPool {
+            graph,
+            runtime: Arc::downgrade(runtime),
+            config: runtime.config.clone(),
+            me: me.clone(),
+            supervisor: OnceLock::new(),
+            idle: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+            agents: Mutex::new(HashMap::new()),
+            escalated: Mutex::new(None),
+            restarts: AtomicU64::new(0),
+        });
+        let (sup, _) = Actor::spawn_linked(
+            None,
+            PoolSupervisor {
+                pool: Arc::downgrade(&pool),
+            },
+            (),
+            root,
+        )
+        .await
+        .map_err(|e| RunError::Internal(format!("could not start the supervisor: {e}")))?;
+        let _ = pool.supervisor.set(sup);
+        Ok(pool)
+    }
+
+    fn supervisor_cell(&self) -> Result<ActorCell, RunError> {
+        self.supervisor
+            .get()
+            .map(|s| s.get_cell())
+            .ok_or_else(|| RunError::Internal("agent pool has no supervisor".into()))
+    }
+
+    /// An idle agent for `node`, or a new one.
+    pub(crate) async fn acquire(&self, node: usize) -> Result<ActorRef<AgentMsg<S>>, RunError> {
+        if let Some((bad, reason)) = self.escalated.lock().clone() {
+            if bad == node {
+                return Err(RunError::Escalated {
+                    node: self.graph.node(node).name.to_string(),
+                    reason,
+                });
+            }
+        }
+        if let Some(agent) = self.idle[node].lock().pop() {
+            return Ok(agent);
+        }
+        self.spawn_agent(node, self.supervisor_cell()?).await
+    }
+
+    async fn spawn_agent(
+        &self,
+        node: usize,
+        supervisor: ActorCell,
+    ) -> Result<ActorRef<AgentMsg<S>>, RunError> {
+        let actor = AgentActor {
+            pool: self.me.clone(),
+            node,
+        };
+        let (agent, _) = Actor::spawn_linked(None, actor, (), supervisor)
+            .await
+            .map_err(|e| RunError::Internal(format!("could not start an agent: {e}")))?;
+        self.agents.lock().insert(agent.get_id(), node);
+        Ok(agent)
+    }
+
+    /// Returns an agent to the idle pool, or stops it if the pool is full.
+    pub(crate) fn release(&self, node: usize, agent: ActorRef<AgentMsg<S>>) {
+        let mut idle = self.idle[node].lock();
+        if idle.len() < self.config.idle_agents_per_node {
+            idle.push(agent);
+        } else {
+            drop(idle);
+            agent.stop(None);
+        }
+    }
+
+    fn forget(&self, id: ActorId) -> Option<usize> {
+        let node = self.agents.lock().remove(&id)?;
+        self.idle[node].lock().retain(|a| a.get_id() != id);
+        Some(node)
+    }
+
+    fn escalate(&self, node: usize, reason: String) {
+        *self.escalated.lock() = Some((node, reason));
+        for agent in self.idle[node].lock().drain(..) {
+            agent.stop(None);
+        }
+    }
+
+    /// Whether the supervisor escalated.
+    pub(crate) fn is_escalated(&self) -> bool {
+        self.escalated.lock().is_some()
+    }
+
+    /// Stops the supervisor and every agent.
+    pub(crate) fn shutdown(&self) {
+        if let Some(s) = self.supervisor.get() {
+            let _ = s.cast(SupervisorMsg::Shutdown);
+        }
+    }
+
+    /// Agents alive now.
+    pub(crate) fn agent_count(&self) -> usize {
+        self.agents.lock().len()
+    }
+}

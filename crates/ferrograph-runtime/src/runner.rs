@@ -1,0 +1,554 @@
+//! Running a loaded graph: invoke, stream, resume, and reading or editing a thread's state.
+
+use crate::config::RunConfig;
+use crate::coordinator::{Coordinator, RunArgs, RunEnd};
+use crate::error::RunError;
+use crate::events::EventTx;
+use crate::pool::AgentPool;
+use crate::runtime::Runtime;
+use crate::writer::Writer;
+use ferrograph_core::checkpoint::{
+    encode_checkpoint, load_checkpoint, load_history, ChainStats, CheckpointSaver,
+    CheckpointSource, PendingKind, PendingWrite, ThreadInfo,
+};
+use ferrograph_core::engine::Frame;
+use ferrograph_core::json::Json;
+use ferrograph_core::{CompiledGraph, Interrupt, Resume, State, StreamEvent};
+use ractor::Actor;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// What a run starts with.
+#[derive(Clone, Debug)]
+pub enum RunInput<S: State> {
+    /// Merge this update into the thread's state and run from START.
+    Update(S::Update),
+    /// Continue the thread from its newest (or the configured) checkpoint: after a failure, a
+    /// drain or a static interrupt, or to replay from an older checkpoint.
+    Continue,
+    /// Answer pending interrupts and continue.
+    Resume(Resume),
+}
+
+impl<S: State> RunInput<S> {
+    /// Input from an update.
+    pub fn update(u: S::Update) -> Self {
+        RunInput::Update(u)
+    }
+
+    /// A single resume value.
+    pub fn resume(value: serde_json::Value) -> Self {
+        RunInput::Resume(Resume::value(value))
+    }
+}
+
+/// How a run that did not fail ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Reached END.
+    Done,
+    /// Stopped on interrupts; resume to go on.
+    Interrupted,
+    /// Stopped at a superstep boundary because the runtime is shutting down.
+    Drained,
+}
+
+/// The result of a run.
+#[derive(Clone, Debug)]
+pub struct RunOutcome<S: State> {
+    /// How it ended.
+    pub status: RunStatus,
+    /// The state at the end.
+    pub state: Arc<S>,
+    /// Pending interrupts (when interrupted).
+    pub interrupts: Vec<Interrupt>,
+    /// The newest checkpoint.
+    pub checkpoint_id: String,
+    /// Nodes that would run next.
+    pub next: Vec<String>,
+    /// The thread.
+    pub thread_id: Option<String>,
+}
+
+impl<S: State> RunOutcome<S> {
+    /// Whether the run reached END.
+    pub fn is_done(&self) -> bool {
+        self.status == RunStatus::Done
+    }
+}
+
+/// A thread's state at one checkpoint.
+#[derive(Clone, Debug)]
+pub struct StateSnapshot<S: State> {
+    /// The state.
+    pub values: Arc<S>,
+    /// Nodes planned next.
+    pub next: Vec<String>,
+    /// Checkpoint id.
+    pub checkpoint_id: String,
+    /// Parent checkpoint.
+    pub parent_id: Option<String>,
+    /// Supersteps executed up to it.
+    pub step: u64,
+    /// Why it was written.
+    pub source: CheckpointSource,
+    /// Nodes whose updates produced it.
+    pub writers: Vec<String>,
+    /// When, ms since the epoch.
+    pub created_at_ms: u64,
+    /// Interrupts pending at it.
+    pub interrupts: Vec<Interrupt>,
+}
+
+/// A run in progress whose events are being streamed.
+pub struct RunStream<S: State> {
+    events: mpsc::Receiver<StreamEvent<S>>,
+    outcome: Outcome<S>,
+}
+
+impl<S: State> RunStream<S> {
+    /// The next event, or `None` when the run has ended and every event was read.
+    pub async fn next_event(&mut self) -> Option<StreamEvent<S>> {
+        self.events.recv().await
+    }
+
+    /// Waits for the end of the run (events not yet read are dropped).
+    pub async fn outcome(self) -> Result<RunOutcome<S>, RunError> {
+        drop(self.events);
+        self.outcome.wait().await
+    }
+}
+
+struct Outcome<S: State> {
+    rx: oneshot::Receiver<RunEnd<S>>,
+    thread_id: Option<String>,
+}
+
+impl<S: State> Outcome<S> {
+    async fn wait(self) -> Result<RunOutcome<S>, RunError> {
+        let end = self
+            .rx
+            .await
+            .map_err(|_| RunError::Internal("the coordinator stopped without answering".into()))?;
+        let make = |status, frame: Frame<S>, interrupts| RunOutcome {
+            status,
+            next: frame.next_nodes(),
+            state: frame.state,
+            interrupts,
+            checkpoint_id: frame.checkpoint_id,
+            thread_id: self.thread_id.clone(),
+        };
+        match end {
+            RunEnd::Done { frame, .. } => Ok(make(RunStatus::Done, frame, Vec::new())),
+            RunEnd::Interrupted {
+                frame, interrupts, ..
+            } => Ok(make(RunStatus::Interrupted, frame, interrupts)),
+            RunEnd::Drained { frame } => Ok(make(RunStatus::Drained, frame, Vec::new())),
+            RunEnd::Parent { .. } => Err(RunError::Internal(
+                "a root graph ended with a parent command".into(),
+            )),
+            RunEnd::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// A compiled graph loaded into a [`Runtime`], optionally with a checkpointer.
+pub struct GraphRunner<S: State> {
+    runtime: Runtime,
+    graph: CompiledGraph<S>,
+    pool: Arc<AgentPool<S>>,
+    saver: Option<Arc<dyn CheckpointSaver>>,
+}
+
+impl<S: State> Clone for GraphRunner<S> {
+    fn clone(&self) -> Self {
+        GraphRunner {
+            runtime: self.runtime.clone(),
+            graph: self.graph.clone(),
+            pool: self.pool.clone(),
+            saver: self.saver.clone(),
+        }
+    }
+}
+
+fn pending_interrupts(pending: &[PendingWrite]) -> Vec<(Interrupt, String, String)> {
+    pending
+        .iter()
+        .filter_map(|w| match &w.kind {
+            PendingKind::Interrupts(list) => Some(
+                list.iter()
+                    .map(|i| (i.clone(), w.task_id.clone(), w.node.clone()))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+impl<S: State> GraphRunner<S> {
+    pub(crate) fn new(runtime: Runtime, graph: CompiledGraph<S>, pool: Arc<AgentPool<S>>) -> Self {
+        GraphRunner {
+            runtime,
+            graph,
+            pool,
+            saver: None,
+        }
+    }
+
+    /// Uses `saver` for checkpoints, threads, interrupts and resume.
+    #[must_use]
+    pub fn with_checkpointer(mut self, saver: Arc<dyn CheckpointSaver>) -> Self {
+        self.saver = Some(saver);
+        self
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &CompiledGraph<S> {
+        &self.graph
+    }
+
+    /// The checkpointer, if any.
+    pub fn checkpointer(&self) -> Option<&Arc<dyn CheckpointSaver>> {
+        self.saver.as_ref()
+    }
+
+    /// Agents restarted by the supervisor after failures, since the graph was loaded.
+    pub fn agent_restarts(&self) -> u64 {
+        self.pool.restarts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Agents alive now.
+    pub fn agent_count(&self) -> usize {
+        self.pool.agent_count()
+    }
+
+    /// Runs to the end (or to an interrupt) and returns the outcome.
+    pub async fn invoke(&self, input: RunInput<S>, config: RunConfig) -> Result<RunOutcome<S>, RunError> {
+        self.start(input, config, None).await?.wait().await
+    }
+
+    /// Starts a run and streams its events in the modes of `config.stream`.
+    pub async fn stream(&self, input: RunInput<S>, config: RunConfig) -> Result<RunStream<S>, RunError> {
+        let (tx, rx) = mpsc::channel(self.runtime.inner.config.event_buffer.max(1));
+        let events = EventTx {
+            tx,
+            modes: config.stream,
+        };
+        let outcome = self.start(input, config, Some(events)).await?;
+        Ok(RunStream {
+            events: rx,
+            outcome,
+        })
+    }
+
+    async fn start(
+        &self,
+        input: RunInput<S>,
+        config: RunConfig,
+        events: Option<EventTx<S>>,
+    ) -> Result<Outcome<S>, RunError> {
+        let rt = &self.runtime.inner;
+        let thread = config.thread_id.clone();
+        let guard = rt.begin_run(thread.as_deref()).await?;
+        let saver = match (&self.saver, &thread) {
+            (Some(s), Some(_)) => Some(s.clone()),
+            _ => None,
+        };
+        let mut stats = ChainStats::default();
+        let mut pending = Vec::new();
+        let mut base: Option<Frame<S>> = None;
+        let mut thread_info = None;
+        if let (Some(s), Some(t)) = (&saver, &thread) {
+            if let Some(loaded) = load_checkpoint::<S>(s.as_ref(), t, config.checkpoint_id.as_deref()).await? {
+                let is_latest = match &config.checkpoint_id {
+                    None => true,
+                    Some(c) => s
+                        .get(t, None)
+                        .await?
+                        .is_some_and(|r| &r.checkpoint_id == c),
+                };
+                if is_latest {
+                    pending = s.get_writes(t, &loaded.frame.checkpoint_id).await?;
+                }
+                stats = loaded.stats;
+                base = Some(loaded.frame);
+            }
+            let mut info = s
+                .get_thread(t)
+                .await?
+                .unwrap_or_else(|| ThreadInfo::new(t.as_str(), self.graph.name()));
+            info.status = ferrograph_core::ThreadStatus::Running;
+            info.error = None;
+            info.interrupts.clear();
+            info.updated_at_ms = ferrograph_core::id::now_millis();
+            s.put_thread(info.clone()).await?;
+            thread_info = Some(info);
+        }
+        let mut writer = Writer::new(saver.clone(), config.durability, rt.config.async_lag);
+        let thread_name = thread.clone().unwrap_or_default();
+        let frame = match input {
+            RunInput::Update(update) => {
+                let had_base = base.is_some();
+                let base = base.unwrap_or_else(|| Frame::empty(&self.graph));
+                let mut commit = self.graph.plan_input(&base, Some(update))?;
+                if !had_base {
+                    commit.frame.parent_id = None;
+                }
+                pending.clear();
+                if writer.is_on() {
+                    let record = encode_checkpoint(
+                        &thread_name,
+                        &commit.frame,
+                        &commit.writes,
+                        CheckpointSource::Input,
+                        &mut stats,
+                    )
+                    .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
+                        thread: thread_name.clone(),
+                        checkpoint: commit.frame.checkpoint_id.clone(),
+                        source,
+                    })?;
+                    writer.put(record).await?;
+                }
+                commit.frame
+            }
+            RunInput::Continue => match base {
+                Some(b) => b,
+                None if saver.is_none() => return Err(RunError::NoCheckpointer),
+                None => return Err(RunError::NothingToContinue(thread_name)),
+            },
+            RunInput::Resume(resume) => {
+                let Some(b) = base else {
+                    return Err(if saver.is_none() {
+                        RunError::NoCheckpointer
+                    } else {
+                        RunError::NoPendingInterrupt(thread_name)
+                    });
+                };
+                let writes = self.resume_writes(&thread_name, &pending, resume)?;
+                for w in &writes {
+                    if writer.is_on() {
+                        writer
+                            .put_writes(&thread_name, &b.checkpoint_id, vec![w.clone()])
+                            .await?;
+                    }
+                }
+                pending.extend(writes);
+                b
+            }
+        };
+        let (done, rx) = oneshot::channel();
+        let args = RunArgs {
+            graph: self.graph.clone(),
+            pool: self.pool.clone(),
+            runtime: rt.clone(),
+            writer,
+            thread_id: thread.as_deref().map(Arc::from),
+            namespace: Arc::from(""),
+            frame,
+            stats,
+            pending,
+            config,
+            events,
+            done,
+            is_subgraph: false,
+            guard: Some(guard),
+            saver,
+            thread_info,
+        };
+        Actor::spawn_linked(None, Coordinator::<S>::new(), args, rt.root.get_cell())
+            .await
+            .map_err(|e| RunError::Internal(format!("could not start the coordinator: {e}")))?;
+        Ok(Outcome {
+            rx,
+            thread_id: thread,
+        })
+    }
+
+    /// Turns resume values into pending writes for the tasks whose interrupts they answer.
+    fn resume_writes(
+        &self,
+        thread: &str,
+        pending: &[PendingWrite],
+        resume: Resume,
+    ) -> Result<Vec<PendingWrite>, RunError> {
+        let open = pending_interrupts(pending);
+        let ids: Vec<String> = open.iter().map(|(i, _, _)| i.id.clone()).collect();
+        let answers: Vec<(String, Json)> = match resume {
+            Resume::Value(v) => {
+                let dynamic: Vec<&(Interrupt, String, String)> =
+                    open.iter().filter(|(i, _, _)| !i.static_).collect();
+                match dynamic.len() {
+                    1 => vec![(dynamic[0].0.id.clone(), v)],
+                    0 if !open.is_empty() => Vec::new(), // static interrupts: just continue
+                    0 => return Err(RunError::NoPendingInterrupt(thread.to_string())),
+                    _ => return Err(RunError::AmbiguousResume { pending: ids }),
+                }
+            }
+            Resume::ById(map) => {
+                if open.is_empty() {
+                    return Err(RunError::NoPendingInterrupt(thread.to_string()));
+                }
+                for id in map.keys() {
+                    if !ids.contains(id) {
+                        return Err(RunError::UnknownInterrupt {
+                            id: id.clone(),
+                            pending: ids,
+                        });
+                    }
+                }
+                map.into_iter().collect()
+            }
+        };
+        let mut by_task: BTreeMap<(String, String), Vec<(String, Json)>> = BTreeMap::new();
+        for (id, value) in answers {
+            if let Some((_, task, node)) = open.iter().find(|(i, _, _)| i.id == id) {
+                if task.is_empty() {
+                    continue; // a static interrupt needs no value
+                }
+                by_task
+                    .entry((task.clone(), node.clone()))
+                    .or_default()
+                    .push((id, value));
+            }
+        }
+        Ok(by_task
+            .into_iter()
+            .map(|((task_id, node), values)| PendingWrite {
+                task_id,
+                node,
+                kind: PendingKind::Resume(values),
+            })
+            .collect())
+    }
+
+    fn saver(&self) -> Result<&Arc<dyn CheckpointSaver>, RunError> {
+        self.saver.as_ref().ok_or(RunError::NoCheckpointer)
+    }
+
+    async fn snapshot(
+        &self,
+        saver: &dyn CheckpointSaver,
+        thread: &str,
+        loaded: ferrograph_core::checkpoint::LoadedCheckpoint<S>,
+    ) -> Result<StateSnapshot<S>, RunError> {
+        let pending = saver.get_writes(thread, &loaded.frame.checkpoint_id).await?;
+        let interrupts = pending_interrupts(&pending)
+            .into_iter()
+            .map(|(i, _, _)| i)
+            .collect();
+        Ok(StateSnapshot {
+            next: loaded.frame.next_nodes(),
+            values: loaded.frame.state,
+            checkpoint_id: loaded.frame.checkpoint_id,
+            parent_id: loaded.frame.parent_id,
+            step: loaded.frame.step,
+            source: loaded.record.source,
+            writers: loaded.record.writers,
+            created_at_ms: loaded.record.created_at_ms,
+            interrupts,
+        })
+    }
+
+    /// The thread's state at its newest checkpoint (or at `checkpoint_id`).
+    pub async fn get_state(
+        &self,
+        thread: &str,
+        checkpoint_id: Option<&str>,
+    ) -> Result<StateSnapshot<S>, RunError> {
+        let saver = self.saver()?;
+        let loaded = load_checkpoint::<S>(saver.as_ref(), thread, checkpoint_id)
+            .await?
+            .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
+        self.snapshot(saver.as_ref(), thread, loaded).await
+    }
+
+    /// Every checkpoint of the thread, newest first.
+    pub async fn get_state_history(&self, thread: &str) -> Result<Vec<StateSnapshot<S>>, RunError> {
+        let saver = self.saver()?;
+        let history = load_history::<S>(saver.as_ref(), thread).await?;
+        if history.is_empty() {
+            return Err(RunError::ThreadNotFound(thread.to_string()));
+        }
+        let mut out = Vec::with_capacity(history.len());
+        for loaded in history.into_iter().rev() {
+            out.push(self.snapshot(saver.as_ref(), thread, loaded).await?);
+        }
+        Ok(out)
+    }
+
+    /// Edits the thread's state as if `as_node` had written `update` (or as new input when
+    /// `None`), writing a new checkpoint. The next run continues from it. Returns its id.
+    pub async fn update_state(
+        &self,
+        thread: &str,
+        update: S::Update,
+        as_node: Option<&str>,
+    ) -> Result<String, RunError> {
+        let saver = self.saver()?;
+        let guard = self.runtime.inner.begin_run(Some(thread)).await?;
+        let loaded = load_checkpoint::<S>(saver.as_ref(), thread, None)
+            .await?
+            .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
+        let mut stats = loaded.stats;
+        let commit = self
+            .graph
+            .commit_external_update(&loaded.frame, as_node, update)?;
+        let record = encode_checkpoint(
+            thread,
+            &commit.frame,
+            &commit.writes,
+            CheckpointSource::Update,
+            &mut stats,
+        )
+        .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
+            thread: thread.to_string(),
+            checkpoint: commit.frame.checkpoint_id.clone(),
+            source,
+        })?;
+        saver.put(record).await?;
+        if let Some(mut info) = saver.get_thread(thread).await? {
+            info.last_checkpoint_id = Some(commit.frame.checkpoint_id.clone());
+            info.updated_at_ms = ferrograph_core::id::now_millis();
+            if info.status == ferrograph_core::ThreadStatus::Interrupted {
+                info.interrupts.clear();
+            }
+            saver.put_thread(info).await?;
+        }
+        saver.flush().await?;
+        drop(guard);
+        Ok(commit.frame.checkpoint_id)
+    }
+
+    /// Copies the thread's state at `checkpoint_id` into a new thread `new_thread`, whose
+    /// history starts there. Returns the new checkpoint id.
+    pub async fn fork(&self, thread: &str, checkpoint_id: &str, new_thread: &str) -> Result<String, RunError> {
+        let saver = self.saver()?;
+        if saver.get(new_thread, None).await?.is_some() {
+            return Err(RunError::ThreadBusy(new_thread.to_string()));
+        }
+        let loaded = load_checkpoint::<S>(saver.as_ref(), thread, Some(checkpoint_id))
+            .await?
+            .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
+        let mut frame = loaded.frame;
+        frame.parent_id = None;
+        frame.checkpoint_id = ferrograph_core::id::ordered_id();
+        let mut stats = ChainStats::default();
+        let record = encode_checkpoint(new_thread, &frame, &[], CheckpointSource::Fork, &mut stats)
+            .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
+                thread: new_thread.to_string(),
+                checkpoint: frame.checkpoint_id.clone(),
+                source,
+            })?;
+        saver.put(record).await?;
+        let mut info = ThreadInfo::new(new_thread, self.graph.name());
+        info.status = ferrograph_core::ThreadStatus::Interrupted;
+        info.last_checkpoint_id = Some(frame.checkpoint_id.clone());
+        info.metadata.insert("forked_from".into(), format!("{thread}@{checkpoint_id}"));
+        saver.put_thread(info).await?;
+        saver.flush().await?;
+        Ok(frame.checkpoint_id)
+    }
+}

@@ -1,0 +1,131 @@
+//! Writes checkpoints according to the run's durability mode.
+
+use crate::config::Durability;
+use ferrograph_core::checkpoint::{CheckpointError, CheckpointRecord, CheckpointSaver, PendingWrite};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub(crate) enum Op {
+    Put(CheckpointRecord),
+    Writes(String, String, Vec<PendingWrite>),
+}
+
+/// Checkpoint writer of one run.
+pub(crate) enum Writer {
+    /// No checkpointer.
+    Off,
+    /// Write and flush before going on.
+    Sync(Arc<dyn CheckpointSaver>),
+    /// A background task writes, at most `lag` operations behind.
+    Async {
+        tx: Option<mpsc::Sender<Op>>,
+        task: Option<JoinHandle<Result<(), CheckpointError>>>,
+    },
+    /// Buffered until the run ends.
+    Exit(Arc<dyn CheckpointSaver>, Vec<Op>),
+}
+
+async fn apply(saver: &dyn CheckpointSaver, op: Op) -> Result<(), CheckpointError> {
+    match op {
+        Op::Put(r) => saver.put(r).await,
+        Op::Writes(t, c, w) => saver.put_writes(&t, &c, w).await,
+    }
+}
+
+impl Writer {
+    pub(crate) fn new(saver: Option<Arc<dyn CheckpointSaver>>, mode: Durability, lag: usize) -> Self {
+        match (saver, mode) {
+            (None, _) => Writer::Off,
+            (Some(s), Durability::Sync) => Writer::Sync(s),
+            (Some(s), Durability::Exit) => Writer::Exit(s, Vec::new()),
+            (Some(s), Durability::Async) => {
+                let (tx, mut rx) = mpsc::channel::<Op>(lag.max(1));
+                let task = tokio::spawn(async move {
+                    let mut first_error = None;
+                    while let Some(op) = rx.recv().await {
+                        if let Err(e) = apply(s.as_ref(), op).await {
+                            tracing::error!(error = %e, "background checkpoint write failed");
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                    if first_error.is_none() {
+                        if let Err(e) = s.flush().await {
+                            first_error = Some(e);
+                        }
+                    }
+                    first_error.map_or(Ok(()), Err)
+                });
+                Writer::Async {
+                    tx: Some(tx),
+                    task: Some(task),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn is_on(&self) -> bool {
+        !matches!(self, Writer::Off)
+    }
+
+    async fn submit(&mut self, op: Op, flush: bool) -> Result<(), CheckpointError> {
+        match self {
+            Writer::Off => Ok(()),
+            Writer::Sync(s) => {
+                apply(s.as_ref(), op).await?;
+                if flush {
+                    s.flush().await?;
+                }
+                Ok(())
+            }
+            Writer::Async { tx, .. } => match tx {
+                Some(tx) => tx.send(op).await.map_err(|_| CheckpointError::Backend {
+                    message: "the background checkpoint writer stopped".into(),
+                    source: None,
+                }),
+                None => Ok(()),
+            },
+            Writer::Exit(_, ops) => {
+                ops.push(op);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) async fn put(&mut self, record: CheckpointRecord) -> Result<(), CheckpointError> {
+        self.submit(Op::Put(record), true).await
+    }
+
+    pub(crate) async fn put_writes(
+        &mut self,
+        thread: &str,
+        checkpoint: &str,
+        writes: Vec<PendingWrite>,
+    ) -> Result<(), CheckpointError> {
+        self.submit(Op::Writes(thread.into(), checkpoint.into(), writes), true)
+            .await
+    }
+
+    /// Makes everything durable (end of run).
+    pub(crate) async fn finish(&mut self) -> Result<(), CheckpointError> {
+        match self {
+            Writer::Off | Writer::Sync(_) => Ok(()),
+            Writer::Async { tx, task } => {
+                tx.take();
+                match task.take() {
+                    Some(t) => t.await.map_err(|e| CheckpointError::Backend {
+                        message: format!("background checkpoint writer crashed: {e}"),
+                        source: None,
+                    })?,
+                    None => Ok(()),
+                }
+            }
+            Writer::Exit(s, ops) => {
+                for op in ops.drain(..) {
+                    apply(s.as_ref(), op).await?;
+                }
+                s.flush().await
+            }
+        }
+    }
+}
