@@ -437,10 +437,25 @@ struct SubgraphBody<S: State> {
     next: Vec<PlannedTask<S>>,
     joins: Vec<BTreeSet<String>>,
     pending: Vec<PendingWrite>,
+    merged: Vec<S::Update>,
 }
 
-/// Encodes an interrupted subgraph's frame and pending writes.
-pub fn encode_subgraph<S: State>(frame: &Frame<S>, pending: &[PendingWrite]) -> Result<Vec<u8>, CodecError> {
+/// An interrupted subgraph, as saved in its parent's pending writes.
+pub struct SubgraphSnapshot<S: State> {
+    /// Its frame.
+    pub frame: Frame<S>,
+    /// Its pending writes.
+    pub pending: Vec<PendingWrite>,
+    /// Updates it merged before the interrupt, owed to the parent when it finishes.
+    pub merged: Vec<S::Update>,
+}
+
+/// Encodes an interrupted subgraph: frame, pending writes and the updates merged so far.
+pub fn encode_subgraph<S: State>(
+    frame: &Frame<S>,
+    pending: &[PendingWrite],
+    merged: &[S::Update],
+) -> Result<Vec<u8>, CodecError> {
     let body = SubgraphBody::<S> {
         checkpoint_id: frame.checkpoint_id.clone(),
         parent_id: frame.parent_id.clone(),
@@ -449,15 +464,16 @@ pub fn encode_subgraph<S: State>(frame: &Frame<S>, pending: &[PendingWrite]) -> 
         next: frame.next.clone(),
         joins: frame.joins.clone(),
         pending: pending.to_vec(),
+        merged: merged.to_vec(),
     };
     encode(S::SCHEMA_VERSION, &body)
 }
 
-/// Decodes an interrupted subgraph's frame and pending writes.
-pub fn decode_subgraph<S: State>(bytes: &[u8]) -> Result<(Frame<S>, Vec<PendingWrite>), CodecError> {
+/// Decodes an interrupted subgraph.
+pub fn decode_subgraph<S: State>(bytes: &[u8]) -> Result<SubgraphSnapshot<S>, CodecError> {
     let body: SubgraphBody<S> = decode(S::SCHEMA_VERSION, bytes)?;
-    Ok((
-        Frame {
+    Ok(SubgraphSnapshot {
+        frame: Frame {
             checkpoint_id: body.checkpoint_id,
             parent_id: body.parent_id,
             step: body.step,
@@ -465,8 +481,41 @@ pub fn decode_subgraph<S: State>(bytes: &[u8]) -> Result<(Frame<S>, Vec<PendingW
             next: body.next,
             joins: body.joins,
         },
-        body.pending,
-    ))
+        pending: body.pending,
+        merged: body.merged,
+    })
+}
+
+/// The interrupts still waiting for an answer among a step's pending writes: for each task the
+/// interrupts of its latest record, less those a resume value already answers.
+pub fn open_interrupts(pending: &[PendingWrite]) -> Vec<(Interrupt, String, String)> {
+    let mut latest: Vec<(String, String, Vec<Interrupt>)> = Vec::new();
+    // (task, interrupt id) pairs answered; a failure of the task (for example a resume value
+    // of the wrong type) re-opens its interrupts.
+    let mut answered: Vec<(String, String)> = Vec::new();
+    for w in pending {
+        match &w.kind {
+            PendingKind::Interrupts(list) => {
+                match latest.iter_mut().find(|(t, _, _)| *t == w.task_id) {
+                    Some(entry) => entry.2 = list.clone(),
+                    None => latest.push((w.task_id.clone(), w.node.clone(), list.clone())),
+                }
+            }
+            PendingKind::Resume(values) => answered
+                .extend(values.iter().map(|(id, _)| (w.task_id.clone(), id.clone()))),
+            PendingKind::Error(_) => answered.retain(|(t, _)| *t != w.task_id),
+            PendingKind::Output(_) => latest.retain(|(t, _, _)| *t != w.task_id),
+            _ => {}
+        }
+    }
+    latest
+        .into_iter()
+        .flat_map(|(task, node, list)| {
+            list.into_iter()
+                .map(move |i| (i, task.clone(), node.clone()))
+        })
+        .filter(|(i, _, _)| !answered.iter().any(|(_, id)| *id == i.id))
+        .collect()
 }
 
 /// Tracks the size of a thread's last full snapshot and the deltas written since, to decide

@@ -6,35 +6,18 @@ use crate::json::Json;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Who wrote a message, with the fields that only that author has.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
+/// Who wrote a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Instructions for the model.
     System,
     /// A person (or the caller) speaking.
     Human,
     /// The model speaking, possibly asking for tools.
-    Ai {
-        /// Tool calls the model asked for, in order.
-        #[serde(default)]
-        tool_calls: Vec<ToolCall>,
-        /// Token counts, when the model reported them.
-        #[serde(default)]
-        usage: Option<TokenUsage>,
-        /// Why generation stopped (`stop`, `length`, `tool_calls`, ...), when known.
-        #[serde(default)]
-        finish_reason: Option<String>,
-    },
+    Ai,
     /// The result of one tool call.
-    Tool {
-        /// The id of the [`ToolCall`] this answers.
-        tool_call_id: String,
-        /// The tool's name.
-        name: String,
-        /// Whether the tool succeeded.
-        status: ToolStatus,
-    },
+    Tool,
 }
 
 /// Outcome of a tool execution, as recorded on its result message.
@@ -83,19 +66,35 @@ pub struct TokenUsage {
     pub cached_prompt_tokens: u32,
 }
 
-/// One chat message.
+/// One chat message. The fields after `content` are only meaningful for some roles: tool
+/// calls, usage and finish reason for AI messages; the call id, tool name and status for tool
+/// results. The layout is flat so that it encodes the same way in JSON and in checkpoints.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// Unique id within a conversation.
     pub id: String,
-    /// Author and author-specific fields.
-    #[serde(flatten)]
+    /// Author.
     pub role: Role,
     /// Text content.
     pub content: String,
-    /// Optional display name of the author.
+    /// Tool calls the model asked for, in order (AI messages).
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// The id of the [`ToolCall`] this answers (tool results).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// The tool's name (tool results) or the author's display name.
     #[serde(default)]
     pub name: Option<String>,
+    /// Whether the tool succeeded (tool results).
+    #[serde(default)]
+    pub tool_status: Option<ToolStatus>,
+    /// Token counts, when the model reported them (AI messages).
+    #[serde(default)]
+    pub usage: Option<TokenUsage>,
+    /// Why generation stopped (`stop`, `length`, `tool_calls`, ...), when known.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
     /// Free-form string metadata.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
@@ -107,7 +106,12 @@ impl Message {
             id: random_id(),
             role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
             name: None,
+            tool_status: None,
+            usage: None,
+            finish_reason: None,
             metadata: BTreeMap::new(),
         }
     }
@@ -124,31 +128,23 @@ impl Message {
 
     /// An AI message with no tool calls.
     pub fn ai(content: impl Into<String>) -> Self {
-        Self::ai_with_tools(content, Vec::new())
+        Self::with_role(Role::Ai, content)
     }
 
     /// An AI message that asks for tool calls.
     pub fn ai_with_tools(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self::with_role(
-            Role::Ai {
-                tool_calls,
-                usage: None,
-                finish_reason: None,
-            },
-            content,
-        )
+        let mut m = Self::with_role(Role::Ai, content);
+        m.tool_calls = tool_calls;
+        m
     }
 
     /// The result of a tool call.
     pub fn tool(call: &ToolCall, status: ToolStatus, content: impl Into<String>) -> Self {
-        Self::with_role(
-            Role::Tool {
-                tool_call_id: call.id.clone(),
-                name: call.name.clone(),
-                status,
-            },
-            content,
-        )
+        let mut m = Self::with_role(Role::Tool, content);
+        m.tool_call_id = Some(call.id.clone());
+        m.name = Some(call.name.clone());
+        m.tool_status = Some(status);
+        m
     }
 
     /// Replaces the id (e.g. to overwrite an existing message through the messages rule).
@@ -165,10 +161,7 @@ impl Message {
 
     /// The tool calls of an AI message (empty for other roles).
     pub fn tool_calls(&self) -> &[ToolCall] {
-        match &self.role {
-            Role::Ai { tool_calls, .. } => tool_calls,
-            _ => &[],
-        }
+        &self.tool_calls
     }
 
     /// Short role name: `system`, `human`, `ai` or `tool`.
@@ -176,15 +169,15 @@ impl Message {
         match self.role {
             Role::System => "system",
             Role::Human => "human",
-            Role::Ai { .. } => "ai",
-            Role::Tool { .. } => "tool",
+            Role::Ai => "ai",
+            Role::Tool => "tool",
         }
     }
 }
 
 /// One operation of the messages merge rule.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum MessageOp {
     /// Appends the message, or replaces the existing message with the same id in place.
     Upsert {
@@ -257,5 +250,37 @@ impl From<Vec<MessageOp>> for MessagesUpdate {
 impl<const N: usize> From<[Message; N]> for MessagesUpdate {
     fn from(v: [Message; N]) -> Self {
         MessagesUpdate(v.into_iter().map(MessageOp::from).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_roundtrip_through_bincode_and_json() {
+        let call = ToolCall::new("search", serde_json::json!({"q": "x"}));
+        let msgs = vec![
+            Message::system("s"),
+            Message::human("h").with_metadata("k", "v"),
+            Message::ai_with_tools("a", vec![call.clone()]),
+            Message::tool(&call, ToolStatus::Error, "failed"),
+        ];
+        let ops: Vec<MessageOp> = msgs
+            .iter()
+            .cloned()
+            .map(MessageOp::from)
+            .chain([MessageOp::remove("x"), MessageOp::RemoveAll])
+            .collect();
+        let cfg = bincode::config::standard();
+        let bytes = bincode::serde::encode_to_vec(&ops, cfg).unwrap();
+        let (back, _): (Vec<MessageOp>, usize) =
+            bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
+        assert_eq!(back, ops);
+        let text = serde_json::to_string(&ops).unwrap();
+        let back: Vec<MessageOp> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, ops);
+        assert_eq!(msgs[3].tool_call_id.as_deref(), Some(call.id.as_str()));
+        assert_eq!(msgs[2].tool_calls(), &[call]);
     }
 }

@@ -66,6 +66,8 @@ pub(crate) enum RunEnd<S: State> {
         frame: Frame<S>,
         interrupts: Vec<Interrupt>,
         pending: Vec<PendingWrite>,
+        /// Subgraph mode: updates merged so far.
+        merged: Vec<S::Update>,
     },
     Drained {
         frame: Frame<S>,
@@ -98,6 +100,8 @@ pub(crate) struct RunArgs<S: State> {
     /// Where to record the thread's status when the run ends.
     pub(crate) saver: Option<Arc<dyn CheckpointSaver>>,
     pub(crate) thread_info: Option<ThreadInfo>,
+    /// Subgraph mode: updates merged before an interrupt, when resuming.
+    pub(crate) merged: Vec<S::Update>,
 }
 
 enum SlotState<S: State> {
@@ -151,6 +155,7 @@ impl<S: State> Actor for Coordinator<S> {
         mut args: RunArgs<S>,
     ) -> Result<RunState<S>, ActorProcessingErr> {
         let done = args.done_take();
+        let collected = std::mem::take(&mut args.merged);
         let pass_static_before = args
             .pending
             .iter()
@@ -170,7 +175,7 @@ impl<S: State> Actor for Coordinator<S> {
             outstanding: 0,
             steps_run: 0,
             pass_static_before,
-            collected: Vec::new(),
+            collected,
             started: Instant::now(),
         })
     }
@@ -581,6 +586,7 @@ impl<S: State> RunState<S> {
             frame: self.args.frame.clone(),
             interrupts,
             pending: self.args.pending.clone(),
+            merged: self.collected.clone(),
         }
     }
 

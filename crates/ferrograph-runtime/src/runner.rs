@@ -173,18 +173,7 @@ impl<S: State> Clone for GraphRunner<S> {
 }
 
 fn pending_interrupts(pending: &[PendingWrite]) -> Vec<(Interrupt, String, String)> {
-    pending
-        .iter()
-        .filter_map(|w| match &w.kind {
-            PendingKind::Interrupts(list) => Some(
-                list.iter()
-                    .map(|i| (i.clone(), w.task_id.clone(), w.node.clone()))
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
-        })
-        .flatten()
-        .collect()
+    ferrograph_core::checkpoint::open_interrupts(pending)
 }
 
 impl<S: State> GraphRunner<S> {
@@ -357,6 +346,7 @@ impl<S: State> GraphRunner<S> {
             guard: Some(guard),
             saver,
             thread_info,
+            merged: Vec::new(),
         };
         Actor::spawn_linked(None, Coordinator::<S>::new(), args, rt.root.get_cell())
             .await

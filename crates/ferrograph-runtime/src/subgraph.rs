@@ -39,9 +39,9 @@ pub(crate) async fn run_subgraph<S: State>(
     } else {
         format!("{}|{}:{}", ctx.namespace, ctx.node, ctx.task_id).into()
     };
-    let (frame, mut pending) = match child {
+    let (frame, mut pending, merged) = match child {
         Some(bytes) => match decode_subgraph::<S>(&bytes) {
-            Ok(v) => v,
+            Ok(v) => (v.frame, v.pending, v.merged),
             Err(e) => {
                 return TaskResult::Failed(NodeError::fatal(format!(
                     "the saved state of subgraph `{}` is corrupt: {e}",
@@ -53,7 +53,7 @@ pub(crate) async fn run_subgraph<S: State>(
             let mut base = Frame::empty(&graph);
             base.state = input;
             match graph.plan_input(&base, None) {
-                Ok(c) => (c.frame, Vec::new()),
+                Ok(c) => (c.frame, Vec::new(), Vec::new()),
                 Err(e) => return TaskResult::Failed(NodeError::fatal(e.to_string())),
             }
         }
@@ -97,6 +97,7 @@ pub(crate) async fn run_subgraph<S: State>(
         guard: None,
         saver: None,
         thread_info: None,
+        merged,
     };
     if let Err(e) = Actor::spawn_linked(None, Coordinator::<S>::new(), args, runtime.root.get_cell()).await {
         return TaskResult::Failed(NodeError::fatal(format!(
@@ -121,7 +122,8 @@ pub(crate) async fn run_subgraph<S: State>(
             frame,
             interrupts,
             pending,
-        }) => match encode_subgraph(&frame, &pending) {
+            merged,
+        }) => match encode_subgraph(&frame, &pending, &merged) {
             Ok(bytes) => TaskResult::Interrupted {
                 interrupts,
                 child: Some(bytes),
