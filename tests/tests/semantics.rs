@@ -1141,6 +1141,15 @@ async fn state_history_update_state_replay_and_fork() {
         runner.get_state("nobody", None).await.unwrap_err(),
         RunError::ThreadNotFound(_)
     ));
+
+    // Prune to the newest two checkpoints: the state is intact and loadable.
+    let before = runner.get_state("tt", None).await.unwrap();
+    let removed = runner.prune("tt", 2).await.unwrap();
+    assert!(removed >= 3, "{removed}");
+    let history = runner.get_state_history("tt").await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].values.count, before.values.count);
+    assert_eq!(runner.get_state("tt", None).await.unwrap().values.log, before.values.log);
 }
 
 #[tokio::test]

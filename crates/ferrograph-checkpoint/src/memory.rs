@@ -139,6 +139,23 @@ impl CheckpointSaver for MemorySaver {
         Ok(out)
     }
 
+    async fn delete_before(&self, thread_id: &str, checkpoint_id: &str) -> Result<usize, CheckpointError> {
+        let mut threads = self.threads.write();
+        let Some(t) = threads.get_mut(thread_id) else {
+            return Ok(0);
+        };
+        let old: Vec<String> = t
+            .checkpoints
+            .range(..checkpoint_id.to_string())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &old {
+            t.checkpoints.remove(k);
+            t.writes.remove(k);
+        }
+        Ok(old.len())
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
         Ok(self.threads.write().remove(thread_id).is_some())
     }

@@ -646,10 +646,31 @@ pub trait CheckpointSaver: Send + Sync + 'static {
     /// Deletes a thread with all its checkpoints and writes. Returns whether it existed.
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError>;
 
+    /// Deletes the thread's checkpoints older than `checkpoint_id` and their pending writes.
+    /// Returns how many checkpoints were removed. The caller first rewrites `checkpoint_id` as
+    /// a full snapshot so that it no longer needs its parents (see `GraphRunner::prune`).
+    async fn delete_before(&self, thread_id: &str, checkpoint_id: &str) -> Result<usize, CheckpointError>;
+
     /// Makes everything written so far durable (a no-op for memory).
     async fn flush(&self) -> Result<(), CheckpointError> {
         Ok(())
     }
+}
+
+/// Re-encodes a loaded checkpoint as a full snapshot (same id, parent and metadata), so that
+/// older checkpoints can be deleted.
+pub fn encode_full<S: State>(thread_id: &str, loaded: &LoadedCheckpoint<S>) -> Result<CheckpointRecord, CodecError> {
+    let mut stats = ChainStats::default();
+    let mut record = encode_checkpoint(
+        thread_id,
+        &loaded.frame,
+        &[],
+        loaded.record.source,
+        &mut stats,
+    )?;
+    record.created_at_ms = loaded.record.created_at_ms;
+    record.writers = loaded.record.writers.clone();
+    Ok(record)
 }
 
 /// A checkpoint loaded and materialized.

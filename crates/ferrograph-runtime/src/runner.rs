@@ -512,6 +512,46 @@ impl<S: State> GraphRunner<S> {
         Ok(commit.frame.checkpoint_id)
     }
 
+    /// Keeps only the newest `keep` checkpoints of the thread (at least one). The oldest kept
+    /// checkpoint is rewritten as a full snapshot first, so history stays loadable. Returns how
+    /// many checkpoints were removed.
+    pub async fn prune(&self, thread: &str, keep: usize) -> Result<usize, RunError> {
+        let saver = self.saver()?;
+        let _guard = self.runtime.inner.begin_run(Some(thread)).await?;
+        let keep = keep.max(1);
+        let newest = saver.list(thread, None, Some(keep)).await?;
+        if newest.is_empty() {
+            return Err(RunError::ThreadNotFound(thread.to_string()));
+        }
+        let Some(oldest_kept) = newest.last() else {
+            return Ok(0);
+        };
+        if saver
+            .list(thread, Some(&oldest_kept.checkpoint_id), Some(1))
+            .await?
+            .is_empty()
+        {
+            return Ok(0);
+        }
+        if !oldest_kept.full {
+            let loaded = load_checkpoint::<S>(saver.as_ref(), thread, Some(&oldest_kept.checkpoint_id))
+                .await?
+                .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
+            let record = ferrograph_core::checkpoint::encode_full(thread, &loaded).map_err(|source| {
+                ferrograph_core::CheckpointError::Corrupt {
+                    thread: thread.to_string(),
+                    checkpoint: oldest_kept.checkpoint_id.clone(),
+                    source,
+                }
+            })?;
+            saver.put(record).await?;
+            saver.flush().await?;
+        }
+        let removed = saver.delete_before(thread, &oldest_kept.checkpoint_id).await?;
+        saver.flush().await?;
+        Ok(removed)
+    }
+
     /// Copies the thread's state at `checkpoint_id` into a new thread `new_thread`, whose
     /// history starts there. Returns the new checkpoint id.
     pub async fn fork(&self, thread: &str, checkpoint_id: &str, new_thread: &str) -> Result<String, RunError> {
