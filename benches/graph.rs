@@ -1,10 +1,15 @@
 //! Criterion benches of graph overhead: a 10-node chain and a 100-way fan-out with a join,
 //! each without a checkpointer and with the in-memory one.
 
+#![allow(clippy::expect_used, missing_docs)]
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferrograph::prelude::*;
 use ferrograph_benches::{chain10, fanout100, ChainStateUpdate, FanStateUpdate};
 use std::sync::Arc;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn graphs(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -14,7 +19,9 @@ fn graphs(c: &mut Criterion) {
         .expect("tokio runtime");
     let runtime = rt.block_on(Runtime::new()).expect("ferrograph runtime");
     let chain = rt.block_on(runtime.load(chain10())).expect("load");
-    let chain_mem = chain.clone().with_checkpointer(Arc::new(MemorySaver::new()));
+    let chain_mem = chain
+        .clone()
+        .with_checkpointer(Arc::new(MemorySaver::new()));
     let fan = rt.block_on(runtime.load(fanout100())).expect("load");
     let fan_mem = fan.clone().with_checkpointer(Arc::new(MemorySaver::new()));
 
@@ -22,7 +29,10 @@ fn graphs(c: &mut Criterion) {
     group.bench_function("chain10/none", |b| {
         b.to_async(&rt).iter(|| async {
             chain
-                .invoke(RunInput::Update(ChainStateUpdate::new()), RunConfig::default())
+                .invoke(
+                    RunInput::Update(ChainStateUpdate::new()),
+                    RunConfig::default(),
+                )
                 .await
                 .expect("run")
         })
@@ -42,9 +52,12 @@ fn graphs(c: &mut Criterion) {
     });
     group.bench_function("fanout100/none", |b| {
         b.to_async(&rt).iter(|| async {
-            fan.invoke(RunInput::Update(FanStateUpdate::new()), RunConfig::default())
-                .await
-                .expect("run")
+            fan.invoke(
+                RunInput::Update(FanStateUpdate::new()),
+                RunConfig::default(),
+            )
+            .await
+            .expect("run")
         })
     });
     let mut m = 0u64;

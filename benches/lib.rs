@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod checkpoint;
+
 /// State of the chain graph.
 #[derive(State, Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ChainState {
@@ -32,9 +34,10 @@ pub struct FanState {
 pub fn chain10() -> CompiledGraph<ChainState> {
     let mut g = StateGraph::<ChainState>::new("chain10");
     for i in 0..10 {
-        g = g.add_node(format!("n{i}"), |_s: Arc<ChainState>, _c: NodeContext| async {
-            Ok::<_, NodeError>(())
-        });
+        g = g.add_node(
+            format!("n{i}"),
+            |_s: Arc<ChainState>, _c: NodeContext| async { Ok::<_, NodeError>(()) },
+        );
     }
     g = g.add_edge(START, "n0");
     for i in 0..9 {
@@ -130,15 +133,28 @@ pub struct BenchResult {
     pub runs: usize,
 }
 
-/// Runs `graph` repeatedly for about `budget` after a warm-up and reports timings.
+/// How long to measure.
+#[derive(Clone, Copy, Debug)]
+pub enum Budget {
+    /// About this long (plus a warm-up of a fifth of it).
+    Time(Duration),
+    /// Exactly this many runs after ten warm-up runs (for instruction-count profiling).
+    Runs(usize),
+}
+
+/// Runs `graph` repeatedly within `budget` after a warm-up and reports timings.
 pub async fn measure<S: State>(
     runtime: &Runtime,
     graph: CompiledGraph<S>,
     saver: Saver,
     node_steps: f64,
     input: impl Fn() -> S::Update,
-    budget: Duration,
+    budget: Budget,
 ) -> Result<BenchResult, RunError> {
+    let (time, runs) = match budget {
+        Budget::Time(t) => (t, 20),
+        Budget::Runs(n) => (Duration::ZERO, n.max(1)),
+    };
     let mut runner = runtime.load(graph.clone()).await?;
     if saver == Saver::Memory {
         runner = runner.with_checkpointer(Arc::new(MemorySaver::new()));
@@ -147,7 +163,7 @@ pub async fn measure<S: State>(
         Saver::None => RunConfig::default(),
         Saver::Memory => RunConfig::thread(format!("bench-{i}")),
     };
-    let warmup_until = Instant::now() + budget / 5;
+    let warmup_until = Instant::now() + time / 5;
     let mut i = 0usize;
     while Instant::now() < warmup_until || i < 10 {
         runner.invoke(RunInput::Update(input()), config(i)).await?;
@@ -155,7 +171,7 @@ pub async fn measure<S: State>(
     }
     let mut samples = Vec::new();
     let start = Instant::now();
-    while start.elapsed() < budget || samples.len() < 20 {
+    while start.elapsed() < time || samples.len() < runs {
         let t = Instant::now();
         runner.invoke(RunInput::Update(input()), config(i)).await?;
         samples.push(t.elapsed().as_secs_f64() * 1e6);
@@ -177,12 +193,32 @@ pub async fn measure<S: State>(
 }
 
 /// Measures both graphs with every checkpointer.
-pub async fn measure_all(budget: Duration) -> Result<Vec<BenchResult>, RunError> {
+pub async fn measure_all(budget: Budget) -> Result<Vec<BenchResult>, RunError> {
     let runtime = Runtime::new().await?;
     let mut out = Vec::new();
     for saver in [Saver::None, Saver::Memory] {
-        out.push(measure(&runtime, chain10(), saver, 10.0, ChainStateUpdate::new, budget).await?);
-        out.push(measure(&runtime, fanout100(), saver, 102.0, FanStateUpdate::new, budget).await?);
+        out.push(
+            measure(
+                &runtime,
+                chain10(),
+                saver,
+                10.0,
+                ChainStateUpdate::new,
+                budget,
+            )
+            .await?,
+        );
+        out.push(
+            measure(
+                &runtime,
+                fanout100(),
+                saver,
+                102.0,
+                FanStateUpdate::new,
+                budget,
+            )
+            .await?,
+        );
     }
     Ok(out)
 }

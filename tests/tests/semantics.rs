@@ -1,6 +1,8 @@
 //! The semantics suite: every rule of state, graphs, supersteps, interrupts, limits,
 //! subgraphs, streaming, checkpoints and the actor runtime, tested through the public API.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use ferrograph::core::graph::GraphProblem;
 use ferrograph::core::state::StateUpdate;
 use ferrograph::prelude::*;
@@ -13,7 +15,9 @@ use std::time::Duration;
 
 type Ctx = NodeContext;
 
-fn logger(name: &'static str) -> impl Fn(Arc<Doc>, Ctx) -> futures_ready::Ready<DocUpdate> + Send + Sync + 'static {
+fn logger(
+    name: &'static str,
+) -> impl Fn(Arc<Doc>, Ctx) -> futures_ready::Ready<DocUpdate> + Send + Sync + 'static {
     move |_s, _c| futures_ready::ready(log(name))
 }
 
@@ -33,7 +37,11 @@ mod futures_ready {
     impl<T: Unpin> Future for Ready<T> {
         type Output = Result<T, NodeError>;
         fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-            Poll::Ready(self.0.take().ok_or_else(|| NodeError::fatal("polled twice")))
+            Poll::Ready(
+                self.0
+                    .take()
+                    .ok_or_else(|| NodeError::fatal("polled twice")),
+            )
         }
     }
 }
@@ -94,8 +102,12 @@ fn derive_generates_update_with_every_rule() {
 #[tokio::test]
 async fn two_writers_of_an_overwrite_field_is_an_error_naming_both() {
     let g = StateGraph::<Doc>::new("conflict")
-        .add_node("a", |_s, _c| async { Ok(DocUpdate::new().status("a".to_string())) })
-        .add_node("b", |_s, _c| async { Ok(DocUpdate::new().status("b".to_string())) })
+        .add_node("a", |_s, _c| async {
+            Ok(DocUpdate::new().status("a".to_string()))
+        })
+        .add_node("b", |_s, _c| async {
+            Ok(DocUpdate::new().status("b".to_string()))
+        })
         .add_edge(START, "a")
         .add_edge(START, "b")
         .add_edge("a", END)
@@ -111,14 +123,21 @@ async fn two_writers_of_an_overwrite_field_is_an_error_naming_both() {
         .await
         .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("status") && text.contains("`a`") && text.contains("`b`"), "{text}");
+    assert!(
+        text.contains("status") && text.contains("`a`") && text.contains("`b`"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
 async fn parallel_writers_with_merge_rules_do_not_conflict() {
     let g = StateGraph::<Doc>::new("merge")
-        .add_node("a", |_s, _c| async { Ok(DocUpdate::new().count(1).log(vec!["a".into()])) })
-        .add_node("b", |_s, _c| async { Ok(DocUpdate::new().count(10).log(vec!["b".into()])) })
+        .add_node("a", |_s, _c| async {
+            Ok(DocUpdate::new().count(1).log(vec!["a".into()]))
+        })
+        .add_node("b", |_s, _c| async {
+            Ok(DocUpdate::new().count(10).log(vec!["b".into()]))
+        })
         .add_edge(START, "a")
         .add_edge(START, "b")
         .add_edge("a", END)
@@ -134,7 +153,11 @@ async fn parallel_writers_with_merge_rules_do_not_conflict() {
         .await
         .unwrap();
     assert_eq!(out.state.count, 11);
-    assert_eq!(out.state.log, vec!["a", "b"], "plan order, not finishing order");
+    assert_eq!(
+        out.state.log,
+        vec!["a", "b"],
+        "plan order, not finishing order"
+    );
 }
 
 // ---------------------------------------------------------------- graph builder
@@ -153,7 +176,10 @@ fn compile_reports_every_problem_at_once() {
         .compile()
         .unwrap_err();
     let p = &err.problems;
-    assert!(p.contains(&GraphProblem::DuplicateNode("a".into())), "{p:?}");
+    assert!(
+        p.contains(&GraphProblem::DuplicateNode("a".into())),
+        "{p:?}"
+    );
     assert!(p.contains(&GraphProblem::UnknownTarget {
         from: "a".into(),
         target: "nowhere".into()
@@ -167,21 +193,29 @@ fn compile_reports_every_problem_at_once() {
         .compile()
         .unwrap_err();
     assert!(none.problems.contains(&GraphProblem::NoEntryPoint));
-    assert!(none.problems.contains(&GraphProblem::Unreachable("x".into())));
+    assert!(none
+        .problems
+        .contains(&GraphProblem::Unreachable("x".into())));
     let reserved = StateGraph::<Doc>::new("r")
         .add_node("a:b", logger("x"))
         .add_edge(START, "a:b")
         .add_edge("a:b", END)
         .compile()
         .unwrap_err();
-    assert!(reserved.problems.contains(&GraphProblem::InvalidName("a:b".into())));
+    assert!(reserved
+        .problems
+        .contains(&GraphProblem::InvalidName("a:b".into())));
 }
 
 #[tokio::test]
 async fn chain_and_conditional_edges() {
     let g = StateGraph::<Doc>::new("cond")
-        .add_node("start", |_s, _c| async { Ok(DocUpdate::new().count(1).log(vec!["start".into()])) })
-        .add_node("loop", |_s, _c| async { Ok(DocUpdate::new().count(1).log(vec!["loop".into()])) })
+        .add_node("start", |_s, _c| async {
+            Ok(DocUpdate::new().count(1).log(vec!["start".into()]))
+        })
+        .add_node("loop", |_s, _c| async {
+            Ok(DocUpdate::new().count(1).log(vec!["loop".into()]))
+        })
         .add_node("done", logger("done"))
         .add_edge(START, "start")
         .add_edge("start", "loop")
@@ -415,7 +449,12 @@ async fn a_failed_step_applies_nothing_and_finished_siblings_do_not_rerun() {
         .compile()
         .unwrap();
     let saver = Arc::new(MemorySaver::new());
-    let runner = runtime().await.load(g).await.unwrap().with_checkpointer(saver.clone());
+    let runner = runtime()
+        .await
+        .load(g)
+        .await
+        .unwrap()
+        .with_checkpointer(saver.clone());
     let err = runner
         .invoke(input(log("input")), RunConfig::thread("t1"))
         .await
@@ -442,7 +481,11 @@ async fn a_failed_step_applies_nothing_and_finished_siblings_do_not_rerun() {
         .invoke(RunInput::Continue, RunConfig::thread("t1"))
         .await
         .unwrap();
-    assert_eq!(ok_runs.load(Ordering::SeqCst), 1, "finished sibling ran again");
+    assert_eq!(
+        ok_runs.load(Ordering::SeqCst),
+        1,
+        "finished sibling ran again"
+    );
     assert_eq!(out.state.log, vec!["input", "ok", "flaky"]);
     assert_eq!(out.state.count, 1);
 }
@@ -477,7 +520,11 @@ async fn retry_policy_retries_only_matching_errors_with_backoff() {
             NodeOptions::new().retry(policy),
         )
         .add_edge(START, "n")
-        .add_conditional_edges("n", |s: &Doc| if s.status == "go" { "fatal" } else { END }, ["fatal", END])
+        .add_conditional_edges(
+            "n",
+            |s: &Doc| if s.status == "go" { "fatal" } else { END },
+            ["fatal", END],
+        )
         .add_edge("fatal", END)
         .compile()
         .unwrap();
@@ -490,7 +537,10 @@ async fn retry_policy_retries_only_matching_errors_with_backoff() {
     assert_eq!(out.state.log, vec!["n"]);
     attempts.store(0, Ordering::SeqCst);
     let err = runner
-        .invoke(input(DocUpdate::new().status("go".to_string())), RunConfig::default())
+        .invoke(
+            input(DocUpdate::new().status("go".to_string())),
+            RunConfig::default(),
+        )
         .await
         .unwrap_err();
     match err {
@@ -593,7 +643,8 @@ async fn a_panicking_agent_is_restarted_and_the_run_goes_on() {
                     Ok(log("recovered"))
                 }
             },
-            NodeOptions::new().retry(RetryPolicy::attempts(2).with_backoff(Duration::from_millis(1))),
+            NodeOptions::new()
+                .retry(RetryPolicy::attempts(2).with_backoff(Duration::from_millis(1))),
         )
         .add_edge(START, "p")
         .add_edge("p", END)
@@ -665,8 +716,11 @@ fn approval_graph() -> CompiledGraph<Doc> {
     StateGraph::<Doc>::new("approval")
         .add_node("draft", logger("draft"))
         .add_node("review", |s: Arc<Doc>, ctx: Ctx| async move {
-            let answer: String = ctx.interrupt(serde_json::json!({ "question": "ok?", "draft": s.log }))?;
-            Ok(DocUpdate::new().answers(vec![answer]).log(vec!["review".into()]))
+            let answer: String =
+                ctx.interrupt(serde_json::json!({ "question": "ok?", "draft": s.log }))?;
+            Ok(DocUpdate::new()
+                .answers(vec![answer])
+                .log(vec!["review".into()]))
         })
         .add_node("publish", logger("publish"))
         .add_edge(START, "draft")
@@ -702,7 +756,10 @@ async fn interrupt_stops_and_resume_reenters_the_node_with_the_value() {
 
     // A wrongly typed resume value is a typed error, and nothing is lost.
     let bad = runner
-        .invoke(RunInput::resume(serde_json::json!({"no": 1})), RunConfig::thread("h1"))
+        .invoke(
+            RunInput::resume(serde_json::json!({"no": 1})),
+            RunConfig::thread("h1"),
+        )
         .await
         .unwrap_err();
     match bad {
@@ -710,7 +767,10 @@ async fn interrupt_stops_and_resume_reenters_the_node_with_the_value() {
         other => panic!("{other}"),
     }
     let out = runner
-        .invoke(RunInput::resume(serde_json::json!("approved")), RunConfig::thread("h1"))
+        .invoke(
+            RunInput::resume(serde_json::json!("approved")),
+            RunConfig::thread("h1"),
+        )
         .await
         .unwrap();
     assert_eq!(out.status, RunStatus::Done);
@@ -722,7 +782,10 @@ async fn interrupt_stops_and_resume_reenters_the_node_with_the_value() {
     );
     // Nothing left to resume.
     let err = runner
-        .invoke(RunInput::resume(serde_json::json!("again")), RunConfig::thread("h1"))
+        .invoke(
+            RunInput::resume(serde_json::json!("again")),
+            RunConfig::thread("h1"),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, RunError::NoPendingInterrupt(_)), "{err}");
@@ -756,10 +819,25 @@ async fn parallel_interrupts_are_resumed_by_id() {
         .await
         .unwrap();
     assert_eq!(out.interrupts.len(), 2);
-    let left = out.interrupts.iter().find(|i| i.node == "left").unwrap().id.clone();
-    let right = out.interrupts.iter().find(|i| i.node == "right").unwrap().id.clone();
+    let left = out
+        .interrupts
+        .iter()
+        .find(|i| i.node == "left")
+        .unwrap()
+        .id
+        .clone();
+    let right = out
+        .interrupts
+        .iter()
+        .find(|i| i.node == "right")
+        .unwrap()
+        .id
+        .clone();
     let err = runner
-        .invoke(RunInput::resume(serde_json::json!("x")), RunConfig::thread("p"))
+        .invoke(
+            RunInput::resume(serde_json::json!("x")),
+            RunConfig::thread("p"),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, RunError::AmbiguousResume { .. }), "{err}");
@@ -814,9 +892,15 @@ async fn several_interrupts_in_one_node_are_answered_in_order() {
     let cfg = || RunConfig::thread("q");
     let out = runner.invoke(input(DocUpdate::new()), cfg()).await.unwrap();
     assert_eq!(out.interrupts[0].value.0, "q1");
-    let out = runner.invoke(RunInput::resume("one".into()), cfg()).await.unwrap();
+    let out = runner
+        .invoke(RunInput::resume("one".into()), cfg())
+        .await
+        .unwrap();
     assert_eq!(out.interrupts[0].value.0, "q2");
-    let out = runner.invoke(RunInput::resume("two".into()), cfg()).await.unwrap();
+    let out = runner
+        .invoke(RunInput::resume("two".into()), cfg())
+        .await
+        .unwrap();
     assert_eq!(out.state.answers, vec!["one", "two"]);
 }
 
@@ -856,7 +940,10 @@ async fn static_interrupts_before_and_after() {
     assert_eq!(out.state.log, vec!["a", "b", "c"]);
     assert_eq!(out.interrupts[0].node, "c");
     let out = runner
-        .invoke(RunInput::resume(serde_json::Value::Null), RunConfig::thread("s"))
+        .invoke(
+            RunInput::resume(serde_json::Value::Null),
+            RunConfig::thread("s"),
+        )
         .await
         .unwrap();
     assert_eq!(out.status, RunStatus::Done);
@@ -916,7 +1003,11 @@ async fn subgraph_shares_keys_and_its_interrupt_resumes_inside_it() {
         .await
         .unwrap();
     assert_eq!(out.status, RunStatus::Done);
-    assert_eq!(out.state.log, vec!["before", "c1:7", "after"], "c1 must not run twice");
+    assert_eq!(
+        out.state.log,
+        vec!["before", "c1:7", "after"],
+        "c1 must not run twice"
+    );
     assert_eq!(out.state.count, 1);
     assert_eq!(out.state.answers, vec!["7=yes"]);
 }
@@ -932,7 +1023,15 @@ async fn fanned_out_subgraphs_interrupt_and_resume_independently() {
             "dispatch",
             |s: &Doc| {
                 (1..=3)
-                    .map(|i| SendTo::new("sub", Doc { item: i, ..s.clone() }))
+                    .map(|i| {
+                        SendTo::new(
+                            "sub",
+                            Doc {
+                                item: i,
+                                ..s.clone()
+                            },
+                        )
+                    })
                     .collect::<Vec<_>>()
             },
             ["sub"],
@@ -955,10 +1054,18 @@ async fn fanned_out_subgraphs_interrupt_and_resume_independently() {
     let answers: BTreeMap<String, serde_json::Value> = out
         .interrupts
         .iter()
-        .map(|i| (i.id.clone(), serde_json::json!(format!("a{}", &i.value.0.as_str().unwrap()[9..]))))
+        .map(|i| {
+            (
+                i.id.clone(),
+                serde_json::json!(format!("a{}", &i.value.0.as_str().unwrap()[9..])),
+            )
+        })
         .collect();
     let out = runner
-        .invoke(RunInput::Resume(Resume::by_id(answers)), RunConfig::thread("fs"))
+        .invoke(
+            RunInput::Resume(Resume::by_id(answers)),
+            RunConfig::thread("fs"),
+        )
         .await
         .unwrap();
     assert_eq!(out.status, RunStatus::Done, "{:?}", out.interrupts);
@@ -1013,7 +1120,8 @@ async fn streams_values_updates_custom_tasks_and_tokens_with_namespaces() {
                 text: "hel".into(),
             })
             .await;
-            ctx.emit_custom(&serde_json::json!({"progress": 50})).await?;
+            ctx.emit_custom(&serde_json::json!({"progress": 50}))
+                .await?;
             Ok(log("speak"))
         })
         .add_edge(START, "speak")
@@ -1054,15 +1162,28 @@ async fn streams_values_updates_custom_tasks_and_tokens_with_namespaces() {
     }
     let out = stream.outcome().await.unwrap();
     assert_eq!(out.state.log, vec!["first", "speak"]);
-    for k in ["values", "updates", "custom", "token", "task_start", "task_end"] {
+    for k in [
+        "values",
+        "updates",
+        "custom",
+        "token",
+        "task_start",
+        "task_end",
+    ] {
         assert!(kinds.contains(&k), "missing {k} in {kinds:?}");
     }
-    assert!(namespaces.iter().any(|n| n.starts_with("inner:")), "{namespaces:?}");
+    assert!(
+        namespaces.iter().any(|n| n.starts_with("inner:")),
+        "{namespaces:?}"
+    );
     assert!(namespaces.iter().any(|n| n.is_empty()));
     assert!(values >= 2);
     // Only requested modes are produced.
     let mut stream = runner
-        .stream(input(DocUpdate::new()), RunConfig::default().stream(StreamMode::Values))
+        .stream(
+            input(DocUpdate::new()),
+            RunConfig::default().stream(StreamMode::Values),
+        )
         .await
         .unwrap();
     while let Some(ev) = stream.next_event().await {
@@ -1075,15 +1196,24 @@ async fn streams_values_updates_custom_tasks_and_tokens_with_namespaces() {
 #[tokio::test]
 async fn state_history_update_state_replay_and_fork() {
     let g = StateGraph::<Doc>::new("tt")
-        .add_node("a", |_s, _c| async { Ok(DocUpdate::new().count(1).log(vec!["a".into()])) })
-        .add_node("b", |_s, _c| async { Ok(DocUpdate::new().count(10).log(vec!["b".into()])) })
+        .add_node("a", |_s, _c| async {
+            Ok(DocUpdate::new().count(1).log(vec!["a".into()]))
+        })
+        .add_node("b", |_s, _c| async {
+            Ok(DocUpdate::new().count(10).log(vec!["b".into()]))
+        })
         .add_edge(START, "a")
         .add_edge("a", "b")
         .add_edge("b", END)
         .compile()
         .unwrap();
     let saver = Arc::new(MemorySaver::new());
-    let runner = runtime().await.load(g).await.unwrap().with_checkpointer(saver.clone());
+    let runner = runtime()
+        .await
+        .load(g)
+        .await
+        .unwrap()
+        .with_checkpointer(saver.clone());
     let out = runner
         .invoke(input(log("in")), RunConfig::thread("tt"))
         .await
@@ -1096,12 +1226,18 @@ async fn state_history_update_state_replay_and_fork() {
     assert_eq!(history[1].next, vec!["b"]);
     assert_eq!(history[1].writers, vec!["a"]);
     assert_eq!(history[2].values.log, vec!["in"]);
-    assert_eq!(history[1].parent_id.as_deref(), Some(history[2].checkpoint_id.as_str()));
+    assert_eq!(
+        history[1].parent_id.as_deref(),
+        Some(history[2].checkpoint_id.as_str())
+    );
 
     // Replay from after `a`: b runs again on a new branch.
     let after_a = history[1].checkpoint_id.clone();
     let out = runner
-        .invoke(RunInput::Continue, RunConfig::thread("tt").at_checkpoint(after_a.clone()))
+        .invoke(
+            RunInput::Continue,
+            RunConfig::thread("tt").at_checkpoint(after_a.clone()),
+        )
         .await
         .unwrap();
     assert_eq!(out.state.count, 11);
@@ -1149,7 +1285,10 @@ async fn state_history_update_state_replay_and_fork() {
     let history = runner.get_state_history("tt").await.unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].values.count, before.values.count);
-    assert_eq!(runner.get_state("tt", None).await.unwrap().values.log, before.values.log);
+    assert_eq!(
+        runner.get_state("tt", None).await.unwrap().values.log,
+        before.values.log
+    );
 }
 
 #[tokio::test]
@@ -1171,7 +1310,8 @@ async fn a_second_run_on_a_busy_thread_is_rejected() {
         .with_checkpointer(Arc::new(MemorySaver::new()));
     let r2 = runner.clone();
     let first = tokio::spawn(async move {
-        r2.invoke(RunInput::Update(DocUpdate::new()), RunConfig::thread("b")).await
+        r2.invoke(RunInput::Update(DocUpdate::new()), RunConfig::thread("b"))
+            .await
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let err = runner
@@ -1186,7 +1326,11 @@ async fn a_second_run_on_a_busy_thread_is_rejected() {
 async fn messages_rule_through_a_chat_loop() {
     let g = StateGraph::<Doc>::new("chat")
         .add_node("bot", |s: Arc<Doc>, _c| async move {
-            let last = s.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+            let last = s
+                .messages
+                .last()
+                .map(|m| m.content.clone())
+                .unwrap_or_default();
             Ok(DocUpdate::new().messages(Message::ai(format!("echo {last}"))))
         })
         .add_edge(START, "bot")
@@ -1194,7 +1338,12 @@ async fn messages_rule_through_a_chat_loop() {
         .compile()
         .unwrap();
     let saver = Arc::new(MemorySaver::new());
-    let runner = runtime().await.load(g).await.unwrap().with_checkpointer(saver);
+    let runner = runtime()
+        .await
+        .load(g)
+        .await
+        .unwrap()
+        .with_checkpointer(saver);
     for i in 0..5 {
         runner
             .invoke(
@@ -1251,7 +1400,11 @@ async fn thousands_of_concurrent_threads() {
     assert_eq!(done.len(), 3000);
     assert_eq!(rt.active_runs(), 0);
     // Agents are pooled, not one per run.
-    assert!(runner.agent_count() <= 2 * 64 + 16, "{}", runner.agent_count());
+    assert!(
+        runner.agent_count() <= 2 * 64 + 16,
+        "{}",
+        runner.agent_count()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1268,7 +1421,11 @@ async fn graceful_drain_stops_at_a_superstep_boundary_with_the_checkpoint_saved(
             }
         })
         .add_edge(START, "tick")
-        .add_conditional_edges("tick", |s: &Doc| if s.count < 1000 { "tick" } else { END }, ["tick", END])
+        .add_conditional_edges(
+            "tick",
+            |s: &Doc| if s.count < 1000 { "tick" } else { END },
+            ["tick", END],
+        )
         .compile()
         .unwrap();
     let rt = runtime().await;

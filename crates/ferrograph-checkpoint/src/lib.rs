@@ -1,6 +1,12 @@
-//! Checkpoint savers for ferrograph: [`MemorySaver`] for tests and short-lived processes.
-//! The trait and the record encoding live in `ferrograph_core::checkpoint`.
+//! Checkpoint savers for ferrograph: [`MemorySaver`] for tests and short-lived processes, and
+//! [`SledSaver`], durable on disk. The trait and the record encoding live in
+//! `ferrograph_core::checkpoint`.
 
 mod memory;
+mod sled;
 
+pub use self::sled::{
+    checkpoint_key, SledSaver, SledStats, CHECKPOINTS_TREE, THREADS_TREE, THREAD_RECORD,
+    WRITES_TREE,
+};
 pub use memory::MemorySaver;

@@ -139,7 +139,11 @@ impl CheckpointSaver for MemorySaver {
         Ok(out)
     }
 
-    async fn delete_before(&self, thread_id: &str, checkpoint_id: &str) -> Result<usize, CheckpointError> {
+    async fn delete_before(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<usize, CheckpointError> {
         let mut threads = self.threads.write();
         let Some(t) = threads.get_mut(thread_id) else {
             return Ok(0);

@@ -1,6 +1,11 @@
 //! The `ferrograph` command-line tool.
 
 mod demo;
+
+/// Graph runs allocate many small, short-lived objects; mimalloc handles them several times
+/// faster than the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod print;
 
 use anyhow::{Context, Result};
@@ -50,6 +55,9 @@ enum BenchCommand {
         /// Shorter measurement (about 0.3 s per configuration instead of 2.5 s).
         #[arg(long)]
         quick: bool,
+        /// Measure exactly this many runs per configuration (for instruction-count profiling).
+        #[arg(long)]
+        runs: Option<usize>,
     },
 }
 
@@ -69,18 +77,23 @@ fn read_input(path: Option<&str>) -> Result<Option<String>> {
     }
 }
 
-async fn run(workflow: &str, input: Option<String>, thread: Option<String>, stream: bool) -> Result<ExitCode> {
+async fn run(
+    workflow: &str,
+    input: Option<String>,
+    thread: Option<String>,
+    stream: bool,
+) -> Result<ExitCode> {
     match workflow {
         "demo" => demo::run(input, thread, stream).await,
         other => anyhow::bail!("unknown workflow `{other}` (available: demo)"),
     }
 }
 
-async fn bench_graph(json: bool, quick: bool) -> Result<()> {
-    let budget = if quick {
-        Duration::from_millis(300)
-    } else {
-        Duration::from_millis(2500)
+async fn bench_graph(json: bool, quick: bool, runs: Option<usize>) -> Result<()> {
+    let budget = match runs {
+        Some(n) => ferrograph_benches::Budget::Runs(n),
+        None if quick => ferrograph_benches::Budget::Time(Duration::from_millis(300)),
+        None => ferrograph_benches::Budget::Time(Duration::from_millis(2500)),
     };
     let results = ferrograph_benches::measure_all(budget).await?;
     if json {
@@ -91,7 +104,9 @@ async fn bench_graph(json: bool, quick: bool) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!("| graph | checkpointer | µs/node step | µs/run | p50 µs/run | p99 µs/run | runs |");
+        println!(
+            "| graph | checkpointer | µs/node step | µs/run | p50 µs/run | p99 µs/run | runs |"
+        );
         println!("|---|---|---:|---:|---:|---:|---:|");
         for r in results {
             println!(
@@ -118,10 +133,19 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = match std::env::var("FERROGRAPH_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
     {
+        Some(0) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -140,8 +164,10 @@ fn main() -> ExitCode {
                 run(&workflow, input, thread, stream).await
             }
             Command::Bench {
-                what: BenchCommand::Graph { json, quick },
-            } => bench_graph(json, quick).await.map(|_| ExitCode::SUCCESS),
+                what: BenchCommand::Graph { json, quick, runs },
+            } => bench_graph(json, quick, runs)
+                .await
+                .map(|_| ExitCode::SUCCESS),
         }
     });
     match result {

@@ -40,7 +40,10 @@ pub fn event<S: State>(ev: &StreamEvent<S>) {
                 TaskOutcome::Cached => "✔ (reused)".to_string(),
                 TaskOutcome::Interrupted => "⏸ interrupted".to_string(),
                 TaskOutcome::Error { error, will_retry } => {
-                    format!("✘ {error}{}", if *will_retry { " (will retry)" } else { "" })
+                    format!(
+                        "✘ {error}{}",
+                        if *will_retry { " (will retry)" } else { "" }
+                    )
                 }
             };
             println!(

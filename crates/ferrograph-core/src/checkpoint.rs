@@ -267,7 +267,9 @@ pub enum CodecError {
         computed: u32,
     },
     /// Written for another schema version of the state, with no migration registered.
-    #[error("state schema version {found} cannot be read as version {expected} (register a migration)")]
+    #[error(
+        "state schema version {found} cannot be read as version {expected} (register a migration)"
+    )]
     SchemaMismatch {
         /// Version in the record.
         found: u32,
@@ -501,8 +503,9 @@ pub fn open_interrupts(pending: &[PendingWrite]) -> Vec<(Interrupt, String, Stri
                     None => latest.push((w.task_id.clone(), w.node.clone(), list.clone())),
                 }
             }
-            PendingKind::Resume(values) => answered
-                .extend(values.iter().map(|(id, _)| (w.task_id.clone(), id.clone()))),
+            PendingKind::Resume(values) => {
+                answered.extend(values.iter().map(|(id, _)| (w.task_id.clone(), id.clone())))
+            }
             PendingKind::Error(_) => answered.retain(|(t, _)| *t != w.task_id),
             PendingKind::Output(_) => latest.retain(|(t, _, _)| *t != w.task_id),
             _ => {}
@@ -649,7 +652,11 @@ pub trait CheckpointSaver: Send + Sync + 'static {
     /// Deletes the thread's checkpoints older than `checkpoint_id` and their pending writes.
     /// Returns how many checkpoints were removed. The caller first rewrites `checkpoint_id` as
     /// a full snapshot so that it no longer needs its parents (see `GraphRunner::prune`).
-    async fn delete_before(&self, thread_id: &str, checkpoint_id: &str) -> Result<usize, CheckpointError>;
+    async fn delete_before(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<usize, CheckpointError>;
 
     /// Makes everything written so far durable (a no-op for memory).
     async fn flush(&self) -> Result<(), CheckpointError> {
@@ -659,7 +666,10 @@ pub trait CheckpointSaver: Send + Sync + 'static {
 
 /// Re-encodes a loaded checkpoint as a full snapshot (same id, parent and metadata), so that
 /// older checkpoints can be deleted.
-pub fn encode_full<S: State>(thread_id: &str, loaded: &LoadedCheckpoint<S>) -> Result<CheckpointRecord, CodecError> {
+pub fn encode_full<S: State>(
+    thread_id: &str,
+    loaded: &LoadedCheckpoint<S>,
+) -> Result<CheckpointRecord, CodecError> {
     let mut stats = ChainStats::default();
     let mut record = encode_checkpoint(
         thread_id,
@@ -734,7 +744,9 @@ pub async fn load_checkpoint<S: State>(
 }
 
 /// Materializes a chain given newest first, ending with a full snapshot.
-fn materialize<S: State>(mut chain: Vec<CheckpointRecord>) -> Result<LoadedCheckpoint<S>, CheckpointError> {
+fn materialize<S: State>(
+    mut chain: Vec<CheckpointRecord>,
+) -> Result<LoadedCheckpoint<S>, CheckpointError> {
     let mut stats = ChainStats::default();
     let mut state: Option<S> = None;
     let mut last: Option<(CheckpointRecord, FrameBody<S>)> = None;
@@ -868,7 +880,10 @@ mod tests {
             open(&sealed[..sealed.len() - 2]),
             Err(CodecError::Truncated { .. })
         ));
-        assert!(matches!(open(&sealed[..5]), Err(CodecError::Truncated { .. })));
+        assert!(matches!(
+            open(&sealed[..5]),
+            Err(CodecError::Truncated { .. })
+        ));
         let mut magic = sealed.clone();
         magic[0] = b'X';
         assert_eq!(open(&magic), Err(CodecError::BadMagic));

@@ -165,7 +165,12 @@ impl<'g, S: State> Planner<'g, S> {
         }
     }
 
-    fn goto(&mut self, from: &str, goto: Goto<S>, branch: Option<&Branch<S>>) -> Result<(), StepError> {
+    fn goto(
+        &mut self,
+        from: &str,
+        goto: Goto<S>,
+        branch: Option<&Branch<S>>,
+    ) -> Result<(), StepError> {
         let (label, payload) = match goto {
             Goto::Node(n) => (n, None),
             Goto::Send(s) => (s.node, Some(s.input)),
@@ -242,7 +247,11 @@ impl<'g, S: State> Planner<'g, S> {
 impl<S: State> CompiledGraph<S> {
     /// The input step: merges `input` (if any) into `base`'s state and plans the tasks that
     /// follow START. Pending tasks of `base` are dropped: new input starts a new run.
-    pub fn plan_input(&self, base: &Frame<S>, input: Option<S::Update>) -> Result<StepCommit<S>, StepError> {
+    pub fn plan_input(
+        &self,
+        base: &Frame<S>,
+        input: Option<S::Update>,
+    ) -> Result<StepCommit<S>, StepError> {
         let mut state = base.state.clone();
         let mut writes = Vec::new();
         if let Some(update) = input {
@@ -279,7 +288,11 @@ impl<S: State> CompiledGraph<S> {
 
     /// The barrier: merges the outputs of a completed step (given in plan order) and plans the
     /// next one.
-    pub fn commit_step(&self, frame: &Frame<S>, mut finished: Vec<FinishedTask<S>>) -> Result<StepCommit<S>, StepError> {
+    pub fn commit_step(
+        &self,
+        frame: &Frame<S>,
+        mut finished: Vec<FinishedTask<S>>,
+    ) -> Result<StepCommit<S>, StepError> {
         // Conflicts are found before anything is applied.
         let mut first_writer: Vec<(&'static str, usize)> = Vec::new();
         for (t, f) in finished.iter().enumerate() {

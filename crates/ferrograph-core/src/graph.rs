@@ -1,6 +1,9 @@
 //! Building a graph and checking it before it runs.
 
-use crate::node::{node_fn, Goto, NodeContext, NodeError, NodeFn, NodeOptions, NodeOutput, END, START};
+use crate::id::FnvBuildHasher;
+use crate::node::{
+    node_fn, Goto, NodeContext, NodeError, NodeFn, NodeOptions, NodeOutput, END, START,
+};
 use crate::state::State;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -257,7 +260,11 @@ impl<S: State> StateGraph<S> {
     /// Adds a compiled graph over the same state as one node. Its updates reach this graph as
     /// the node's update; its interrupts surface to the caller and resume inside it.
     pub fn add_subgraph(mut self, name: impl Into<String>, graph: CompiledGraph<S>) -> Self {
-        self.push_node(name.into(), NodeKind::Subgraph(graph), NodeOptions::default());
+        self.push_node(
+            name.into(),
+            NodeKind::Subgraph(graph),
+            NodeOptions::default(),
+        );
         self
     }
 
@@ -293,7 +300,12 @@ impl<S: State> StateGraph<S> {
 
     /// Adds a conditional edge. The router runs on the merged state after `from` finishes and
     /// returns node names from `targets` (END included), or `Send`s to them.
-    pub fn add_conditional_edges<R, O, I, T>(self, from: impl Into<String>, router: R, targets: I) -> Self
+    pub fn add_conditional_edges<R, O, I, T>(
+        self,
+        from: impl Into<String>,
+        router: R,
+        targets: I,
+    ) -> Self
     where
         R: Fn(&S) -> O + Send + Sync + 'static,
         O: Into<Route<S>>,
@@ -337,7 +349,8 @@ impl<S: State> StateGraph<S> {
         O: Into<Route<S>>,
     {
         let router: RouterFn<S> = Arc::new(move |s: &S| router(s).into());
-        self.edges.push(EdgeSpec::Branch(from, Branch { router, path_map }));
+        self.edges
+            .push(EdgeSpec::Branch(from, Branch { router, path_map }));
         self
     }
 
@@ -347,7 +360,8 @@ impl<S: State> StateGraph<S> {
         I: IntoIterator<Item = T>,
         T: Into<String>,
     {
-        self.interrupt_before.extend(nodes.into_iter().map(Into::into));
+        self.interrupt_before
+            .extend(nodes.into_iter().map(Into::into));
         self
     }
 
@@ -357,14 +371,15 @@ impl<S: State> StateGraph<S> {
         I: IntoIterator<Item = T>,
         T: Into<String>,
     {
-        self.interrupt_after.extend(nodes.into_iter().map(Into::into));
+        self.interrupt_after
+            .extend(nodes.into_iter().map(Into::into));
         self
     }
 
     /// Checks the graph and freezes it. Every problem is reported at once.
     pub fn compile(self) -> Result<CompiledGraph<S>, CompileError> {
         let mut problems = self.problems;
-        let index: HashMap<Arc<str>, usize> = self
+        let index: HashMap<Arc<str>, usize, FnvBuildHasher> = self
             .nodes
             .iter()
             .enumerate()
@@ -611,7 +626,7 @@ pub struct GraphSpec<S: State> {
     /// Nodes in declaration order.
     pub nodes: Vec<NodeSpec<S>>,
     /// Name → index.
-    pub index: HashMap<Arc<str>, usize>,
+    pub index: HashMap<Arc<str>, usize, FnvBuildHasher>,
     /// Static successors per node (`None` = END).
     pub edges: Vec<Vec<Option<usize>>>,
     /// Static successors of START.
@@ -709,7 +724,11 @@ impl<S: State> CompiledGraph<S> {
         }
         for j in &spec.joins {
             for &s in &j.sources {
-                out.push_str(&format!("  {} ==> {}\n", spec.nodes[s].name, name(j.target)));
+                out.push_str(&format!(
+                    "  {} ==> {}\n",
+                    spec.nodes[s].name,
+                    name(j.target)
+                ));
             }
         }
         out

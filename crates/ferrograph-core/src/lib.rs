@@ -25,8 +25,8 @@ pub use interrupt::{Interrupt, Resume};
 pub use json::Json;
 pub use message::{Message, MessageOp, MessagesUpdate, Role, TokenUsage, ToolCall, ToolStatus};
 pub use node::{
-    Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult, RetryPolicy, SendTo,
-    END, START,
+    Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult, RetryPolicy,
+    SendTo, END, START,
 };
 pub use state::{ReducerError, State, StateUpdate};
 pub use stream::{StreamEvent, StreamMode, StreamModes};

@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn messages_roundtrip_through_bincode_and_json() {
         let call = ToolCall::new("search", serde_json::json!({"q": "x"}));
-        let msgs = vec![
+        let msgs = [
             Message::system("s"),
             Message::human("h").with_metadata("k", "v"),
             Message::ai_with_tools("a", vec![call.clone()]),

@@ -277,9 +277,7 @@ impl NodeError {
         match self {
             NodeError::Failed { retryable, .. } => *retryable,
             NodeError::Timeout(_) | NodeError::Panicked(_) | NodeError::AgentLost(_) => true,
-            NodeError::Interrupted(_) | NodeError::BadResume { .. } | NodeError::Cancelled => {
-                false
-            }
+            NodeError::Interrupted(_) | NodeError::BadResume { .. } | NodeError::Cancelled => false,
         }
     }
 }
@@ -461,11 +459,13 @@ impl NodeContext {
         let index = self.interrupt_counter.fetch_add(1, Ordering::SeqCst);
         let id = self.interrupt_id(index);
         if let Some(answer) = self.resume.get(index) {
-            return answer.to_typed::<R>().map_err(|source| NodeError::BadResume {
-                interrupt_id: id,
-                expected: std::any::type_name::<R>(),
-                source,
-            });
+            return answer
+                .to_typed::<R>()
+                .map_err(|source| NodeError::BadResume {
+                    interrupt_id: id,
+                    expected: std::any::type_name::<R>(),
+                    source,
+                });
         }
         let value = Json::from_serialize(&value)?;
         Err(NodeError::Interrupted(vec![Interrupt {

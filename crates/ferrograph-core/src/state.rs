@@ -224,7 +224,7 @@ mod tests {
         let mut s = String::from("x");
         <Overwrite as Reducer<String>>::reduce(&mut s, "y".into()).unwrap();
         assert_eq!(s, "y");
-        assert!(<Overwrite as Reducer<String>>::OVERWRITE);
-        assert!(!<Append as Reducer<Vec<i32>>>::OVERWRITE);
+        const { assert!(<Overwrite as Reducer<String>>::OVERWRITE) };
+        const { assert!(!<Append as Reducer<Vec<i32>>>::OVERWRITE) };
     }
 }

@@ -107,7 +107,10 @@ fn parse_rule(field: &syn::Field) -> syn::Result<Rule> {
             }
         };
         if rule.is_some() {
-            return Err(syn::Error::new(attr.span(), "duplicate #[reducer] attribute"));
+            return Err(syn::Error::new(
+                attr.span(),
+                "duplicate #[reducer] attribute",
+            ));
         }
         rule = Some(parsed);
     }

@@ -13,8 +13,8 @@ use crate::pool::{AgentMsg, AgentPool, ReplyGuard, TaskRequest};
 use crate::runtime::{RunGuard, RuntimeInner};
 use crate::writer::Writer;
 use ferrograph_core::checkpoint::{
-    decode_output, encode_checkpoint, encode_output, ChainStats, CheckpointSaver,
-    CheckpointSource, PendingKind, PendingWrite, ThreadInfo, ThreadStatus,
+    decode_output, encode_checkpoint, encode_output, ChainStats, CheckpointSaver, CheckpointSource,
+    PendingKind, PendingWrite, ThreadInfo, ThreadStatus,
 };
 use ferrograph_core::engine::{FinishedTask, Frame, PlannedTask};
 use ferrograph_core::id::stable_hash;
@@ -121,6 +121,8 @@ struct Slot<S: State> {
     state: SlotState<S>,
     agent: Option<ActorRef<AgentMsg<S>>>,
     started: Instant,
+    /// Whether its output is already recorded as a pending write.
+    recorded: bool,
 }
 
 /// The coordinator's state.
@@ -189,29 +191,45 @@ impl<S: State> Actor for Coordinator<S> {
         if st.done.is_none() {
             return Ok(());
         }
-        let outcome = match message {
-            CoordMsg::Step => st.start_step(&myself).await,
+        // Each arm is boxed so that this handler's own future stays small: ractor moves it onto
+        // the heap for every message, and a large future costs a large copy each time.
+        let mut outcome: StepOutcome<S> = match message {
+            CoordMsg::Step => Box::pin(st.start_step(&myself)).await,
             CoordMsg::TaskDone {
                 slot,
                 attempt,
                 result,
                 duration,
-            } => st.task_done(&myself, slot, attempt, result, duration).await,
-            CoordMsg::TaskTimeout { slot, attempt } => st.task_timeout(&myself, slot, attempt).await,
-            CoordMsg::Retry { slot } => match st.dispatch(&myself, slot).await {
-                Ok(()) => Ok(None),
-                Err(e) => Err(e),
-            },
+            } => Box::pin(st.task_done(&myself, slot, attempt, result, duration)).await,
+            CoordMsg::TaskTimeout { slot, attempt } => {
+                Box::pin(st.task_timeout(&myself, slot, attempt)).await
+            }
+            CoordMsg::Retry { slot } => Box::pin(st.dispatch(&myself, slot))
+                .await
+                .map(|()| Flow::Wait),
             CoordMsg::RunTimeout => {
                 st.kill_running();
                 let limit = st.args.config.timeout.unwrap_or_default();
                 Err(RunError::Timeout(limit))
             }
         };
-        let end = match outcome {
-            Ok(None) => return Ok(()),
-            Ok(Some(end)) => end,
-            Err(e) => RunEnd::Failed(e),
+        // Steps follow each other here, without a round trip through the mailbox.
+        loop {
+            match outcome {
+                Ok(Flow::Wait) => return Ok(()),
+                Ok(Flow::Next) => outcome = Box::pin(st.start_step(&myself)).await,
+                Ok(Flow::End(end)) => {
+                    outcome = Ok(Flow::End(end));
+                    break;
+                }
+                Err(e) => {
+                    outcome = Ok(Flow::End(RunEnd::Failed(e)));
+                    break;
+                }
+            }
+        }
+        let Ok(Flow::End(end)) = outcome else {
+            return Ok(());
         };
         st.finish(end).await;
         myself.stop(None);
@@ -226,7 +244,17 @@ impl<S: State> RunArgs<S> {
     }
 }
 
-type StepOutcome<S> = Result<Option<RunEnd<S>>, RunError>;
+/// What the coordinator does after handling a message.
+pub(crate) enum Flow<S: State> {
+    /// Wait for more messages (tasks are running).
+    Wait,
+    /// Start the next superstep now.
+    Next,
+    /// The run is over.
+    End(RunEnd<S>),
+}
+
+type StepOutcome<S> = Result<Flow<S>, RunError>;
 
 impl<S: State> RunState<S> {
     async fn emit(&self, mode: StreamMode, make: impl FnOnce() -> StreamEvent<S>) {
@@ -260,13 +288,13 @@ impl<S: State> RunState<S> {
 
     async fn start_step(&mut self, myself: &ActorRef<CoordMsg<S>>) -> StepOutcome<S> {
         if self.args.frame.next.is_empty() {
-            return Ok(Some(RunEnd::Done {
+            return Ok(Flow::End(RunEnd::Done {
                 frame: self.args.frame.clone(),
                 writes: std::mem::take(&mut self.collected),
             }));
         }
         if self.steps_run > 0 && self.args.runtime.is_draining() {
-            return Ok(Some(RunEnd::Drained {
+            return Ok(Flow::End(RunEnd::Drained {
                 frame: self.args.frame.clone(),
             }));
         }
@@ -305,18 +333,16 @@ impl<S: State> RunState<S> {
                 kind: PendingKind::Interrupts(interrupts.clone()),
             })
             .await?;
-            return Ok(Some(self.interrupted(interrupts)));
+            return Ok(Flow::End(self.interrupted(interrupts)));
         }
         self.pass_static_before = false;
 
         // Build the slots, reusing what earlier attempts of this step recorded.
         let mut slots = Vec::with_capacity(self.args.frame.next.len());
         for task in &self.args.frame.next {
-            let node = self
-                .args
-                .graph
-                .node_index(&task.node)
-                .ok_or_else(|| RunError::Internal(format!("planned unknown node `{}`", task.node)))?;
+            let node = self.args.graph.node_index(&task.node).ok_or_else(|| {
+                RunError::Internal(format!("planned unknown node `{}`", task.node))
+            })?;
             slots.push(Slot {
                 task: task.clone(),
                 node,
@@ -326,6 +352,7 @@ impl<S: State> RunState<S> {
                 state: SlotState::Waiting,
                 agent: None,
                 started: Instant::now(),
+                recorded: false,
             });
         }
         for w in &self.args.pending {
@@ -342,6 +369,7 @@ impl<S: State> RunState<S> {
                         }
                     })?;
                     slot.state = SlotState::Done(out);
+                    slot.recorded = true;
                 }
                 PendingKind::Resume(values) => slot.resume.extend(values.iter().cloned()),
                 PendingKind::Subgraph(bytes) => slot.child = Some(bytes.clone()),
@@ -353,7 +381,10 @@ impl<S: State> RunState<S> {
         let step = self.args.frame.step + 1;
         for i in 0..self.slots.len() {
             if matches!(self.slots[i].state, SlotState::Done(_)) {
-                let (node, task_id) = (self.slots[i].task.node.clone(), self.slots[i].task.id.clone());
+                let (node, task_id) = (
+                    self.slots[i].task.node.clone(),
+                    self.slots[i].task.id.clone(),
+                );
                 let ns = self.args.namespace.clone();
                 self.emit(StreamMode::Tasks, || StreamEvent::TaskEnd {
                     namespace: ns,
@@ -377,7 +408,7 @@ impl<S: State> RunState<S> {
                 self.dispatch(myself, i).await?;
             }
         }
-        Ok(None)
+        Ok(Flow::Wait)
     }
 
     async fn dispatch(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize) -> Result<(), RunError> {
@@ -393,7 +424,11 @@ impl<S: State> RunState<S> {
             Some(s) => Arc::new(s.clone()),
             None => self.args.frame.state.clone(),
         };
-        let resume_values = ordered_resume(&self.args.namespace, &slot.task.id, &slot.resume);
+        let resume_values = if slot.resume.is_empty() {
+            Vec::new()
+        } else {
+            ordered_resume(&self.args.namespace, &slot.task.id, &slot.resume)
+        };
         let req = TaskRequest {
             node,
             input,
@@ -452,10 +487,10 @@ impl<S: State> RunState<S> {
         duration: Duration,
     ) -> StepOutcome<S> {
         let Some(slot) = self.slots.get(i) else {
-            return Ok(None);
+            return Ok(Flow::Wait);
         };
         if slot.attempt != attempt || !matches!(slot.state, SlotState::Running) {
-            return Ok(None); // A stale answer (timed out or superseded).
+            return Ok(Flow::Wait); // A stale answer (timed out or superseded).
         }
         let step = self.args.frame.step + 1;
         let node_idx = slot.node;
@@ -506,7 +541,10 @@ impl<S: State> RunState<S> {
         })
         .await;
         self.slots[i].agent = None;
-        if let TaskOutcome::Error { will_retry: true, .. } = outcome {
+        if let TaskOutcome::Error {
+            will_retry: true, ..
+        } = outcome
+        {
             let policy = spec.options.retry.clone().unwrap_or_default();
             let wait = policy.backoff(attempt);
             tracing::debug!(node = %name, attempt, ?wait, "retrying task");
@@ -517,40 +555,71 @@ impl<S: State> RunState<S> {
                 tokio::time::sleep(wait).await;
                 let _ = me.cast(CoordMsg::Retry { slot: i });
             });
-            return Ok(None);
+            return Ok(Flow::Wait);
         }
-        if let SlotState::Done(out) = &new_state {
-            // Record the output at once, so a crash or a sibling's failure does not run it again.
-            if self.args.writer.is_on() || self.args.is_subgraph {
-                let bytes = encode_output(out).map_err(|source| {
-                    ferrograph_core::CheckpointError::Corrupt {
-                        thread: self.thread_str(),
-                        checkpoint: self.args.frame.checkpoint_id.clone(),
-                        source,
-                    }
-                })?;
-                self.record_pending(PendingWrite {
-                    task_id: task_id.clone(),
-                    node: name.to_string(),
-                    kind: PendingKind::Output(bytes),
-                })
-                .await?;
-            }
+        // Record the output at once while siblings still run, so that a crash or a sibling's
+        // failure does not run it again. The last task of a step needs no record when the step
+        // commits right after it; if the step stops instead, the barrier records it.
+        if matches!(new_state, SlotState::Done(_)) && self.outstanding > 1 {
+            self.record_output(i, &new_state).await?;
         }
         std::mem::swap(&mut self.slots[i].state, &mut new_state);
         self.outstanding -= 1;
         if self.outstanding == 0 {
             return self.barrier(myself).await;
         }
-        Ok(None)
+        Ok(Flow::Wait)
     }
 
-    async fn task_timeout(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize, attempt: u32) -> StepOutcome<S> {
+    async fn record_output(&mut self, i: usize, state: &SlotState<S>) -> Result<(), RunError> {
+        let SlotState::Done(out) = state else {
+            return Ok(());
+        };
+        if self.slots[i].recorded || !(self.args.writer.is_on() || self.args.is_subgraph) {
+            return Ok(());
+        }
+        let bytes =
+            encode_output(out).map_err(|source| ferrograph_core::CheckpointError::Corrupt {
+                thread: self.thread_str(),
+                checkpoint: self.args.frame.checkpoint_id.clone(),
+                source,
+            })?;
+        let (task_id, node) = (
+            self.slots[i].task.id.clone(),
+            self.slots[i].task.node.clone(),
+        );
+        self.record_pending(PendingWrite {
+            task_id,
+            node,
+            kind: PendingKind::Output(bytes),
+        })
+        .await?;
+        self.slots[i].recorded = true;
+        Ok(())
+    }
+
+    /// Records the outputs not yet recorded (the step stops without committing).
+    async fn record_unrecorded_outputs(&mut self) -> Result<(), RunError> {
+        for i in 0..self.slots.len() {
+            let state = std::mem::replace(&mut self.slots[i].state, SlotState::Waiting);
+            let result = self.record_output(i, &state).await;
+            self.slots[i].state = state;
+            result?;
+        }
+        Ok(())
+    }
+
+    async fn task_timeout(
+        &mut self,
+        myself: &ActorRef<CoordMsg<S>>,
+        i: usize,
+        attempt: u32,
+    ) -> StepOutcome<S> {
         let Some(slot) = self.slots.get_mut(i) else {
-            return Ok(None);
+            return Ok(Flow::Wait);
         };
         if slot.attempt != attempt || !matches!(slot.state, SlotState::Running) {
-            return Ok(None);
+            return Ok(Flow::Wait);
         }
         if let Some(agent) = slot.agent.take() {
             agent.kill();
@@ -592,13 +661,26 @@ impl<S: State> RunState<S> {
 
     async fn barrier(&mut self, myself: &ActorRef<CoordMsg<S>>) -> StepOutcome<S> {
         // A failure anywhere: nothing of the step is applied.
-        let failed = self.slots.iter().position(|s| matches!(s.state, SlotState::Failed(_)));
+        let failed = self
+            .slots
+            .iter()
+            .position(|s| matches!(s.state, SlotState::Failed(_)));
+        let stops = failed.is_some()
+            || self
+                .slots
+                .iter()
+                .any(|s| matches!(s.state, SlotState::Interrupted(_)));
+        if stops {
+            self.record_unrecorded_outputs().await?;
+        }
         if let Some(i) = failed {
             let slot = &mut self.slots[i];
-            let SlotState::Failed(err) = std::mem::replace(&mut slot.state, SlotState::Waiting) else {
+            let SlotState::Failed(err) = std::mem::replace(&mut slot.state, SlotState::Waiting)
+            else {
                 return Err(RunError::Internal("failed slot without error".into()));
             };
-            let (node, task_id, attempts) = (slot.task.node.clone(), slot.task.id.clone(), slot.attempt);
+            let (node, task_id, attempts) =
+                (slot.task.node.clone(), slot.task.id.clone(), slot.attempt);
             self.record_pending(PendingWrite {
                 task_id: task_id.clone(),
                 node: node.clone(),
@@ -644,7 +726,7 @@ impl<S: State> RunState<S> {
                 })
                 .await;
             }
-            return Ok(Some(self.interrupted(interrupts)));
+            return Ok(Flow::End(self.interrupted(interrupts)));
         }
 
         // Everything finished: merge in plan order.
@@ -726,7 +808,7 @@ impl<S: State> RunState<S> {
         if let Some(mut p) = parent {
             let writes = std::mem::take(&mut self.collected);
             p.target = CommandTarget::Current;
-            return Ok(Some(RunEnd::Parent { output: p, writes }));
+            return Ok(Flow::End(RunEnd::Parent { output: p, writes }));
         }
         let spec = self.args.graph.spec();
         let after: Vec<usize> = ran
@@ -748,10 +830,10 @@ impl<S: State> RunState<S> {
                 kind: PendingKind::Interrupts(interrupts.clone()),
             })
             .await?;
-            return Ok(Some(self.interrupted(interrupts)));
+            return Ok(Flow::End(self.interrupted(interrupts)));
         }
-        let _ = myself.cast(CoordMsg::Step);
-        Ok(None)
+        let _ = myself;
+        Ok(Flow::Next)
     }
 
     async fn finish(&mut self, end: RunEnd<S>) {
@@ -765,10 +847,19 @@ impl<S: State> RunState<S> {
             elapsed = ?self.started.elapsed(),
             "run finished"
         );
-        if let (Some(saver), Some(mut info)) = (self.args.saver.clone(), self.args.thread_info.take()) {
+        if let (Some(saver), Some(mut info)) =
+            (self.args.saver.clone(), self.args.thread_info.take())
+        {
             let (status, error, interrupts, frame_id) = match &end {
-                RunEnd::Done { frame, .. } => (ThreadStatus::Done, None, Vec::new(), Some(frame.checkpoint_id.clone())),
-                RunEnd::Interrupted { frame, interrupts, .. } => (
+                RunEnd::Done { frame, .. } => (
+                    ThreadStatus::Done,
+                    None,
+                    Vec::new(),
+                    Some(frame.checkpoint_id.clone()),
+                ),
+                RunEnd::Interrupted {
+                    frame, interrupts, ..
+                } => (
                     ThreadStatus::Interrupted,
                     None,
                     interrupts.clone(),
@@ -805,7 +896,11 @@ impl<S: State> RunState<S> {
 
 /// Resume values for a task's interrupts in the order the node will ask for them: the `k`-th
 /// interrupt of the task has a known id, and gets the value addressed to that id.
-pub(crate) fn ordered_resume(namespace: &str, task_id: &str, values: &[(String, Json)]) -> Vec<Json> {
+pub(crate) fn ordered_resume(
+    namespace: &str,
+    task_id: &str,
+    values: &[(String, Json)],
+) -> Vec<Json> {
     let mut out = Vec::new();
     loop {
         let id = interrupt_id(namespace, task_id, out.len());

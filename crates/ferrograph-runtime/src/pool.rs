@@ -151,7 +151,7 @@ impl<S: State> Actor for AgentActor<S> {
                     let Some(runtime) = pool.runtime.upgrade() else {
                         return TaskResult::Failed(NodeError::fatal("the runtime is gone"));
                     };
-                    run_subgraph(
+                    Box::pin(run_subgraph(
                         &runtime,
                         graph.clone(),
                         input,
@@ -160,12 +160,12 @@ impl<S: State> Actor for AgentActor<S> {
                         resume,
                         max_steps,
                         events.clone(),
-                    )
+                    ))
                     .await
                 }
             }
         };
-        match AssertUnwindSafe(work).catch_unwind().await {
+        match Box::pin(AssertUnwindSafe(work).catch_unwind()).await {
             Ok(result) => {
                 reply.send(result);
                 pool.release(self.node, myself);
@@ -263,7 +263,8 @@ impl<S: State> Actor for PoolSupervisor<S> {
                     .into());
                 }
                 tracing::warn!(node = %name, error = %err, "agent failed, restarting");
-                pool.restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                pool.restarts
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if let Ok(agent) = pool.spawn_agent(node, myself.get_cell()).await {
                     pool.release(node, agent);
                 }

@@ -205,7 +205,9 @@ impl<S: State> GraphRunner<S> {
 
     /// Agents restarted by the supervisor after failures, since the graph was loaded.
     pub fn agent_restarts(&self) -> u64 {
-        self.pool.restarts.load(std::sync::atomic::Ordering::Relaxed)
+        self.pool
+            .restarts
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Agents alive now.
@@ -214,12 +216,20 @@ impl<S: State> GraphRunner<S> {
     }
 
     /// Runs to the end (or to an interrupt) and returns the outcome.
-    pub async fn invoke(&self, input: RunInput<S>, config: RunConfig) -> Result<RunOutcome<S>, RunError> {
+    pub async fn invoke(
+        &self,
+        input: RunInput<S>,
+        config: RunConfig,
+    ) -> Result<RunOutcome<S>, RunError> {
         self.start(input, config, None).await?.wait().await
     }
 
     /// Starts a run and streams its events in the modes of `config.stream`.
-    pub async fn stream(&self, input: RunInput<S>, config: RunConfig) -> Result<RunStream<S>, RunError> {
+    pub async fn stream(
+        &self,
+        input: RunInput<S>,
+        config: RunConfig,
+    ) -> Result<RunStream<S>, RunError> {
         let (tx, rx) = mpsc::channel(self.runtime.inner.config.event_buffer.max(1));
         let events = EventTx {
             tx,
@@ -250,13 +260,12 @@ impl<S: State> GraphRunner<S> {
         let mut base: Option<Frame<S>> = None;
         let mut thread_info = None;
         if let (Some(s), Some(t)) = (&saver, &thread) {
-            if let Some(loaded) = load_checkpoint::<S>(s.as_ref(), t, config.checkpoint_id.as_deref()).await? {
+            if let Some(loaded) =
+                load_checkpoint::<S>(s.as_ref(), t, config.checkpoint_id.as_deref()).await?
+            {
                 let is_latest = match &config.checkpoint_id {
                     None => true,
-                    Some(c) => s
-                        .get(t, None)
-                        .await?
-                        .is_some_and(|r| &r.checkpoint_id == c),
+                    Some(c) => s.get(t, None).await?.is_some_and(|r| &r.checkpoint_id == c),
                 };
                 if is_latest {
                     pending = s.get_writes(t, &loaded.frame.checkpoint_id).await?;
@@ -294,10 +303,12 @@ impl<S: State> GraphRunner<S> {
                         CheckpointSource::Input,
                         &mut stats,
                     )
-                    .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
-                        thread: thread_name.clone(),
-                        checkpoint: commit.frame.checkpoint_id.clone(),
-                        source,
+                    .map_err(|source| {
+                        ferrograph_core::CheckpointError::Corrupt {
+                            thread: thread_name.clone(),
+                            checkpoint: commit.frame.checkpoint_id.clone(),
+                            source,
+                        }
                     })?;
                     writer.put(record).await?;
                 }
@@ -424,7 +435,9 @@ impl<S: State> GraphRunner<S> {
         thread: &str,
         loaded: ferrograph_core::checkpoint::LoadedCheckpoint<S>,
     ) -> Result<StateSnapshot<S>, RunError> {
-        let pending = saver.get_writes(thread, &loaded.frame.checkpoint_id).await?;
+        let pending = saver
+            .get_writes(thread, &loaded.frame.checkpoint_id)
+            .await?;
         let interrupts = pending_interrupts(&pending)
             .into_iter()
             .map(|(i, _, _)| i)
@@ -534,27 +547,36 @@ impl<S: State> GraphRunner<S> {
             return Ok(0);
         }
         if !oldest_kept.full {
-            let loaded = load_checkpoint::<S>(saver.as_ref(), thread, Some(&oldest_kept.checkpoint_id))
-                .await?
-                .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
-            let record = ferrograph_core::checkpoint::encode_full(thread, &loaded).map_err(|source| {
-                ferrograph_core::CheckpointError::Corrupt {
-                    thread: thread.to_string(),
-                    checkpoint: oldest_kept.checkpoint_id.clone(),
-                    source,
-                }
-            })?;
+            let loaded =
+                load_checkpoint::<S>(saver.as_ref(), thread, Some(&oldest_kept.checkpoint_id))
+                    .await?
+                    .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
+            let record =
+                ferrograph_core::checkpoint::encode_full(thread, &loaded).map_err(|source| {
+                    ferrograph_core::CheckpointError::Corrupt {
+                        thread: thread.to_string(),
+                        checkpoint: oldest_kept.checkpoint_id.clone(),
+                        source,
+                    }
+                })?;
             saver.put(record).await?;
             saver.flush().await?;
         }
-        let removed = saver.delete_before(thread, &oldest_kept.checkpoint_id).await?;
+        let removed = saver
+            .delete_before(thread, &oldest_kept.checkpoint_id)
+            .await?;
         saver.flush().await?;
         Ok(removed)
     }
 
     /// Copies the thread's state at `checkpoint_id` into a new thread `new_thread`, whose
     /// history starts there. Returns the new checkpoint id.
-    pub async fn fork(&self, thread: &str, checkpoint_id: &str, new_thread: &str) -> Result<String, RunError> {
+    pub async fn fork(
+        &self,
+        thread: &str,
+        checkpoint_id: &str,
+        new_thread: &str,
+    ) -> Result<String, RunError> {
         let saver = self.saver()?;
         if saver.get(new_thread, None).await?.is_some() {
             return Err(RunError::ThreadBusy(new_thread.to_string()));
@@ -576,7 +598,8 @@ impl<S: State> GraphRunner<S> {
         let mut info = ThreadInfo::new(new_thread, self.graph.name());
         info.status = ferrograph_core::ThreadStatus::Interrupted;
         info.last_checkpoint_id = Some(frame.checkpoint_id.clone());
-        info.metadata.insert("forked_from".into(), format!("{thread}@{checkpoint_id}"));
+        info.metadata
+            .insert("forked_from".into(), format!("{thread}@{checkpoint_id}"));
         saver.put_thread(info).await?;
         saver.flush().await?;
         Ok(frame.checkpoint_id)

@@ -76,7 +76,10 @@ impl RuntimeInner {
     }
 
     /// Admits a run: waits for a slot, then claims the thread.
-    pub(crate) async fn begin_run(self: &Arc<Self>, thread: Option<&str>) -> Result<RunGuard, RunError> {
+    pub(crate) async fn begin_run(
+        self: &Arc<Self>,
+        thread: Option<&str>,
+    ) -> Result<RunGuard, RunError> {
         if self.is_draining() {
             return Err(RunError::ShuttingDown);
         }
@@ -160,7 +163,10 @@ impl Runtime {
     }
 
     /// Prepares a compiled graph to run here (starts its supervisor; agents start on demand).
-    pub async fn load<S: State>(&self, graph: CompiledGraph<S>) -> Result<GraphRunner<S>, RunError> {
+    pub async fn load<S: State>(
+        &self,
+        graph: CompiledGraph<S>,
+    ) -> Result<GraphRunner<S>, RunError> {
         let pool = self.inner.pool_for(&graph).await?;
         Ok(GraphRunner::new(self.clone(), graph, pool))
     }

@@ -10,7 +10,9 @@ use crate::coordinator::{Coordinator, RunArgs, RunEnd, TaskResult};
 use crate::events::EventTx;
 use crate::runtime::RuntimeInner;
 use crate::writer::Writer;
-use ferrograph_core::checkpoint::{decode_subgraph, encode_subgraph, ChainStats, PendingKind, PendingWrite};
+use ferrograph_core::checkpoint::{
+    decode_subgraph, encode_subgraph, ChainStats, PendingKind, PendingWrite,
+};
 use ferrograph_core::engine::Frame;
 use ferrograph_core::json::Json;
 use ferrograph_core::node::{NodeContextParts, NodeError, NodeOutput};
@@ -99,7 +101,9 @@ pub(crate) async fn run_subgraph<S: State>(
         thread_info: None,
         merged,
     };
-    if let Err(e) = Actor::spawn_linked(None, Coordinator::<S>::new(), args, runtime.root.get_cell()).await {
+    if let Err(e) =
+        Actor::spawn_linked(None, Coordinator::<S>::new(), args, runtime.root.get_cell()).await
+    {
         return TaskResult::Failed(NodeError::fatal(format!(
             "could not start the subgraph coordinator: {e}"
         )));

@@ -1,7 +1,9 @@
 //! Writes checkpoints according to the run's durability mode.
 
 use crate::config::Durability;
-use ferrograph_core::checkpoint::{CheckpointError, CheckpointRecord, CheckpointSaver, PendingWrite};
+use ferrograph_core::checkpoint::{
+    CheckpointError, CheckpointRecord, CheckpointSaver, PendingWrite,
+};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -34,7 +36,11 @@ async fn apply(saver: &dyn CheckpointSaver, op: Op) -> Result<(), CheckpointErro
 }
 
 impl Writer {
-    pub(crate) fn new(saver: Option<Arc<dyn CheckpointSaver>>, mode: Durability, lag: usize) -> Self {
+    pub(crate) fn new(
+        saver: Option<Arc<dyn CheckpointSaver>>,
+        mode: Durability,
+        lag: usize,
+    ) -> Self {
         match (saver, mode) {
             (None, _) => Writer::Off,
             (Some(s), Durability::Sync) => Writer::Sync(s),

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the whole ferrograph test suite: formatting, lints, unit tests, the semantics suite,
+# checkpoint and crash tests, doc tests, and every bench once in test mode.
+# Needs only the Rust toolchain (cargo, rustfmt, clippy); everything else is fetched by cargo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace --all-targets
+cargo test --workspace --doc
