@@ -160,17 +160,29 @@ async fn chat_sled(runtime: &Runtime, quick: bool) -> Result<serde_json::Value, 
     let before = saver.stats();
     let mut samples = Vec::with_capacity(turns);
     let mut late = (0u64, 0u64);
+    let mut busy_retries = 0u64;
     for turn in 0..turns {
         let s0 = saver.stats();
         let t = Instant::now();
-        let out = runner
-            .invoke(
-                RunInput::Update(ChatStateUpdate::new().messages(Message::human(format!(
-                    "Question number {turn}: could you tell me something interesting?"
-                )))),
-                RunConfig::thread("chat").durability(Durability::Sync),
-            )
-            .await?;
+        let input = ChatStateUpdate::new().messages(Message::human(format!(
+            "Question number {turn}: could you tell me something interesting?"
+        )));
+        let out = loop {
+            match runner
+                .invoke(
+                    RunInput::Update(input.clone()),
+                    RunConfig::thread("chat").durability(Durability::Sync),
+                )
+                .await
+            {
+                // The previous turn's run answers before it releases the thread; wait for it.
+                Err(RunError::ThreadBusy(_)) => {
+                    busy_retries += 1;
+                    tokio::task::yield_now().await;
+                }
+                other => break other?,
+            }
+        };
         samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         if turn >= turns - turns / 5 {
             let s1 = saver.stats();
@@ -198,6 +210,7 @@ async fn chat_sled(runtime: &Runtime, quick: bool) -> Result<serde_json::Value, 
         "bytes_per_step_last_fifth": late.0 as f64 / late.1.max(1) as f64,
         "payload_bytes_per_step": (after.payload_bytes - before.payload_bytes) as f64 / steps.max(1) as f64,
         "full_state_bytes": full_state,
+        "thread_busy_retries": busy_retries,
         "steps": steps,
         "runs": turns,
     }))

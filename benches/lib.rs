@@ -192,33 +192,38 @@ pub async fn measure<S: State>(
     })
 }
 
-/// Measures both graphs with every checkpointer.
+/// Measures both graphs with every checkpointer. The measuring loop runs inside a tokio task,
+/// as a caller inside an async application would, not on the thread that blocks on the runtime.
 pub async fn measure_all(budget: Budget) -> Result<Vec<BenchResult>, RunError> {
-    let runtime = Runtime::new().await?;
-    let mut out = Vec::new();
-    for saver in [Saver::None, Saver::Memory] {
-        out.push(
-            measure(
-                &runtime,
-                chain10(),
-                saver,
-                10.0,
-                ChainStateUpdate::new,
-                budget,
-            )
-            .await?,
-        );
-        out.push(
-            measure(
-                &runtime,
-                fanout100(),
-                saver,
-                102.0,
-                FanStateUpdate::new,
-                budget,
-            )
-            .await?,
-        );
-    }
-    Ok(out)
+    let task = tokio::spawn(async move {
+        let runtime = Runtime::new().await?;
+        let mut out = Vec::new();
+        for saver in [Saver::None, Saver::Memory] {
+            out.push(
+                measure(
+                    &runtime,
+                    chain10(),
+                    saver,
+                    10.0,
+                    ChainStateUpdate::new,
+                    budget,
+                )
+                .await?,
+            );
+            out.push(
+                measure(
+                    &runtime,
+                    fanout100(),
+                    saver,
+                    102.0,
+                    FanStateUpdate::new,
+                    budget,
+                )
+                .await?,
+            );
+        }
+        Ok(out)
+    });
+    task.await
+        .map_err(|e| RunError::Internal(format!("benchmark task failed: {e}")))?
 }

@@ -58,7 +58,7 @@ impl Default for RuntimeConfig {
             max_concurrent_runs: 10_000,
             event_buffer: 1024,
             restart_intensity: RestartIntensity::default(),
-            idle_agents_per_node: 64,
+            idle_agents_per_node: 256,
             async_lag: 16,
         }
     }
