@@ -37,23 +37,25 @@ pub(crate) enum TaskResult<S: State> {
     Failed(NodeError),
 }
 
-/// Messages of the coordinator.
+/// Messages of the coordinator. Coordinators are pooled and reused run after run; every
+/// message about a run carries the run's generation, and messages of an earlier run are ignored.
 pub(crate) enum CoordMsg<S: State> {
-    /// Run the next superstep.
-    Step,
+    /// Take on a run.
+    Start(Box<RunArgs<S>>),
     /// An agent answered.
     TaskDone {
+        gen: u64,
         slot: usize,
         attempt: u32,
         result: TaskResult<S>,
         duration: Duration,
     },
     /// A task's attempt ran out of time.
-    TaskTimeout { slot: usize, attempt: u32 },
+    TaskTimeout { gen: u64, slot: usize, attempt: u32 },
     /// Dispatch a task again after its backoff.
-    Retry { slot: usize },
+    Retry { gen: u64, slot: usize },
     /// The whole run ran out of time.
-    RunTimeout,
+    RunTimeout { gen: u64 },
 }
 
 /// How a run ended.
@@ -125,8 +127,15 @@ struct Slot<S: State> {
     recorded: bool,
 }
 
-/// The coordinator's state.
+/// The coordinator's state: its current run, if any.
+pub(crate) struct CoordState<S: State> {
+    gen: u64,
+    run: Option<Box<RunState<S>>>,
+}
+
+/// State of the run a coordinator drives.
 pub(crate) struct RunState<S: State> {
+    gen: u64,
     args: RunArgs<S>,
     done: Option<oneshot::Sender<RunEnd<S>>>,
     slots: Vec<Slot<S>>,
@@ -148,14 +157,87 @@ impl<S: State> Coordinator<S> {
 
 impl<S: State> Actor for Coordinator<S> {
     type Msg = CoordMsg<S>;
-    type State = RunState<S>;
-    type Arguments = RunArgs<S>;
+    type State = CoordState<S>;
+    type Arguments = ();
 
     async fn pre_start(
         &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<CoordState<S>, ActorProcessingErr> {
+        Ok(CoordState { gen: 0, run: None })
+    }
+
+    async fn handle(
+        &self,
         myself: ActorRef<Self::Msg>,
-        mut args: RunArgs<S>,
-    ) -> Result<RunState<S>, ActorProcessingErr> {
+        message: Self::Msg,
+        cs: &mut CoordState<S>,
+    ) -> Result<(), ActorProcessingErr> {
+        let current = cs.gen;
+        let stale = |gen: u64| gen != current;
+        // Each arm is boxed so that this handler's own future stays small: ractor moves it onto
+        // the heap for every message, and a large future costs a large copy each time.
+        let mut outcome: StepOutcome<S> = match message {
+            CoordMsg::Start(args) => {
+                cs.gen += 1;
+                let st = RunState::begin(cs.gen, *args, &myself);
+                let st = cs.run.insert(Box::new(st));
+                Box::pin(st.start_step(&myself)).await
+            }
+            CoordMsg::TaskDone {
+                gen,
+                slot,
+                attempt,
+                result,
+                duration,
+            } => match cs.run.as_mut() {
+                Some(st) if !stale(gen) => {
+                    Box::pin(st.task_done(&myself, slot, attempt, result, duration)).await
+                }
+                _ => return Ok(()),
+            },
+            CoordMsg::TaskTimeout { gen, slot, attempt } => match cs.run.as_mut() {
+                Some(st) if !stale(gen) => Box::pin(st.task_timeout(&myself, slot, attempt)).await,
+                _ => return Ok(()),
+            },
+            CoordMsg::Retry { gen, slot } => match cs.run.as_mut() {
+                Some(st) if !stale(gen) => Box::pin(st.dispatch(&myself, slot))
+                    .await
+                    .map(|()| Flow::Wait),
+                _ => return Ok(()),
+            },
+            CoordMsg::RunTimeout { gen } => match cs.run.as_mut() {
+                Some(st) if !stale(gen) => {
+                    st.kill_running();
+                    let limit = st.args.config.timeout.unwrap_or_default();
+                    Err(RunError::Timeout(limit))
+                }
+                _ => return Ok(()),
+            },
+        };
+        let Some(st) = cs.run.as_mut() else {
+            return Ok(());
+        };
+        // Steps follow each other here, without a round trip through the mailbox.
+        let end = loop {
+            match outcome {
+                Ok(Flow::Wait) => return Ok(()),
+                Ok(Flow::Next) => outcome = Box::pin(st.start_step(&myself)).await,
+                Ok(Flow::End(end)) => break end,
+                Err(e) => break RunEnd::Failed(e),
+            }
+        };
+        st.finish(end).await;
+        let pool = st.args.pool.clone();
+        cs.run = None;
+        pool.release_coordinator(myself);
+        Ok(())
+    }
+}
+
+impl<S: State> RunState<S> {
+    fn begin(gen: u64, mut args: RunArgs<S>, myself: &ActorRef<CoordMsg<S>>) -> Self {
         let done = args.done_take();
         let collected = std::mem::take(&mut args.merged);
         let pass_static_before = args
@@ -166,11 +248,11 @@ impl<S: State> Actor for Coordinator<S> {
             let me = myself.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(t).await;
-                let _ = me.cast(CoordMsg::RunTimeout);
+                let _ = me.cast(CoordMsg::RunTimeout { gen });
             });
         }
-        let _ = myself.cast(CoordMsg::Step);
-        Ok(RunState {
+        RunState {
+            gen,
             args,
             done: Some(done),
             slots: Vec::new(),
@@ -179,61 +261,7 @@ impl<S: State> Actor for Coordinator<S> {
             pass_static_before,
             collected,
             started: Instant::now(),
-        })
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        message: Self::Msg,
-        st: &mut RunState<S>,
-    ) -> Result<(), ActorProcessingErr> {
-        if st.done.is_none() {
-            return Ok(());
         }
-        // Each arm is boxed so that this handler's own future stays small: ractor moves it onto
-        // the heap for every message, and a large future costs a large copy each time.
-        let mut outcome: StepOutcome<S> = match message {
-            CoordMsg::Step => Box::pin(st.start_step(&myself)).await,
-            CoordMsg::TaskDone {
-                slot,
-                attempt,
-                result,
-                duration,
-            } => Box::pin(st.task_done(&myself, slot, attempt, result, duration)).await,
-            CoordMsg::TaskTimeout { slot, attempt } => {
-                Box::pin(st.task_timeout(&myself, slot, attempt)).await
-            }
-            CoordMsg::Retry { slot } => Box::pin(st.dispatch(&myself, slot))
-                .await
-                .map(|()| Flow::Wait),
-            CoordMsg::RunTimeout => {
-                st.kill_running();
-                let limit = st.args.config.timeout.unwrap_or_default();
-                Err(RunError::Timeout(limit))
-            }
-        };
-        // Steps follow each other here, without a round trip through the mailbox.
-        loop {
-            match outcome {
-                Ok(Flow::Wait) => return Ok(()),
-                Ok(Flow::Next) => outcome = Box::pin(st.start_step(&myself)).await,
-                Ok(Flow::End(end)) => {
-                    outcome = Ok(Flow::End(end));
-                    break;
-                }
-                Err(e) => {
-                    outcome = Ok(Flow::End(RunEnd::Failed(e)));
-                    break;
-                }
-            }
-        }
-        let Ok(Flow::End(end)) = outcome else {
-            return Ok(());
-        };
-        st.finish(end).await;
-        myself.stop(None);
-        Ok(())
     }
 }
 
@@ -448,6 +476,7 @@ impl<S: State> RunState<S> {
             events: self.args.events.clone(),
             reply: ReplyGuard {
                 coord: myself.clone(),
+                gen: self.gen,
                 slot: i,
                 attempt: slot.attempt,
                 started: Instant::now(),
@@ -457,10 +486,14 @@ impl<S: State> RunState<S> {
         let attempt = slot.attempt;
         let (name, task_id) = (spec.name.clone(), slot.task.id.clone());
         if let Some(limit) = spec.options.timeout {
-            let me = myself.clone();
+            let (me, gen) = (myself.clone(), self.gen);
             tokio::spawn(async move {
                 tokio::time::sleep(limit).await;
-                let _ = me.cast(CoordMsg::TaskTimeout { slot: i, attempt });
+                let _ = me.cast(CoordMsg::TaskTimeout {
+                    gen,
+                    slot: i,
+                    attempt,
+                });
             });
         }
         let ns = self.args.namespace.clone();
@@ -550,10 +583,10 @@ impl<S: State> RunState<S> {
             tracing::debug!(node = %name, attempt, ?wait, "retrying task");
             self.slots[i].attempt += 1;
             self.slots[i].state = SlotState::Waiting;
-            let me = myself.clone();
+            let (me, gen) = (myself.clone(), self.gen);
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
-                let _ = me.cast(CoordMsg::Retry { slot: i });
+                let _ = me.cast(CoordMsg::Retry { gen, slot: i });
             });
             return Ok(Flow::Wait);
         }

@@ -13,7 +13,7 @@
 //! with an error that its own supervisor (the runtime's root) records.
 
 use crate::config::RuntimeConfig;
-use crate::coordinator::{CoordMsg, TaskResult};
+use crate::coordinator::{CoordMsg, Coordinator, RunArgs, TaskResult};
 use crate::error::RunError;
 use crate::runtime::RuntimeInner;
 use crate::subgraph::run_subgraph;
@@ -49,6 +49,7 @@ pub(crate) struct TaskRequest<S: State> {
 /// unwinding, kill on timeout), with [`NodeError::AgentLost`] from `Drop`.
 pub(crate) struct ReplyGuard<S: State> {
     pub(crate) coord: ActorRef<CoordMsg<S>>,
+    pub(crate) gen: u64,
     pub(crate) slot: usize,
     pub(crate) attempt: u32,
     pub(crate) started: Instant,
@@ -59,6 +60,7 @@ impl<S: State> ReplyGuard<S> {
     fn send(mut self, result: TaskResult<S>) {
         self.sent = true;
         let _ = self.coord.cast(CoordMsg::TaskDone {
+            gen: self.gen,
             slot: self.slot,
             attempt: self.attempt,
             result,
@@ -71,6 +73,7 @@ impl<S: State> Drop for ReplyGuard<S> {
     fn drop(&mut self) {
         if !self.sent {
             let _ = self.coord.cast(CoordMsg::TaskDone {
+                gen: self.gen,
                 slot: self.slot,
                 attempt: self.attempt,
                 result: TaskResult::Failed(NodeError::AgentLost(
@@ -212,6 +215,15 @@ impl<S: State> Actor for PoolSupervisor<S> {
         })
     }
 
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        myself.stop_children(None);
+        Ok(())
+    }
+
     async fn handle(
         &self,
         myself: ActorRef<Self::Msg>,
@@ -288,6 +300,7 @@ pub(crate) struct AgentPool<S: State> {
     idle: Vec<Mutex<Vec<ActorRef<AgentMsg<S>>>>>,
     agents: Mutex<HashMap<ActorId, usize>>,
     escalated: Mutex<Option<(usize, String)>>,
+    coordinators: Mutex<Vec<ActorRef<CoordMsg<S>>>>,
     /// Agents restarted after a failure.
     pub(crate) restarts: AtomicU64,
 }
@@ -309,6 +322,7 @@ impl<S: State> AgentPool<S> {
             idle: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             agents: Mutex::new(HashMap::new()),
             escalated: Mutex::new(None),
+            coordinators: Mutex::new(Vec::new()),
             restarts: AtomicU64::new(0),
         });
         let (sup, _) = Actor::spawn_linked(
@@ -362,6 +376,50 @@ impl<S: State> AgentPool<S> {
             .map_err(|e| RunError::Internal(format!("could not start an agent: {e}")))?;
         self.agents.lock().insert(agent.get_id(), node);
         Ok(agent)
+    }
+
+    /// Hands `args` to an idle coordinator (or a new one), which starts the run at once.
+    pub(crate) async fn start_run(&self, args: RunArgs<S>) -> Result<(), RunError> {
+        let mut msg = CoordMsg::Start(Box::new(args));
+        // An idle coordinator that died since it was released gives the message back.
+        for _ in 0..3 {
+            let idle = self.coordinators.lock().pop();
+            let coord = match idle {
+                Some(c) => c,
+                None => {
+                    let (c, _) = Actor::spawn_linked(
+                        None,
+                        Coordinator::<S>::new(),
+                        (),
+                        self.supervisor_cell()?,
+                    )
+                    .await
+                    .map_err(|e| {
+                        RunError::Internal(format!("could not start a coordinator: {e}"))
+                    })?;
+                    c
+                }
+            };
+            match coord.cast(msg) {
+                Ok(()) => return Ok(()),
+                Err(ractor::MessagingErr::SendErr(back)) => msg = back,
+                Err(e) => return Err(RunError::Internal(format!("coordinator unreachable: {e}"))),
+            }
+        }
+        Err(RunError::Internal(
+            "no coordinator could take the run".into(),
+        ))
+    }
+
+    /// Returns a coordinator that finished its run to the idle pool.
+    pub(crate) fn release_coordinator(&self, coord: ActorRef<CoordMsg<S>>) {
+        let mut idle = self.coordinators.lock();
+        if idle.len() < self.config.idle_agents_per_node {
+            idle.push(coord);
+        } else {
+            drop(idle);
+            coord.stop(None);
+        }
     }
 
     /// Returns an agent to the idle pool, or stops it if the pool is full.

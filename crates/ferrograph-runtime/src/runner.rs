@@ -1,7 +1,7 @@
 //! Running a loaded graph: invoke, stream, resume, and reading or editing a thread's state.
 
 use crate::config::RunConfig;
-use crate::coordinator::{Coordinator, RunArgs, RunEnd};
+use crate::coordinator::{RunArgs, RunEnd};
 use crate::error::RunError;
 use crate::events::EventTx;
 use crate::pool::AgentPool;
@@ -14,7 +14,6 @@ use ferrograph_core::checkpoint::{
 use ferrograph_core::engine::Frame;
 use ferrograph_core::json::Json;
 use ferrograph_core::{CompiledGraph, Interrupt, Resume, State, StreamEvent};
-use ractor::Actor;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -359,9 +358,7 @@ impl<S: State> GraphRunner<S> {
             thread_info,
             merged: Vec::new(),
         };
-        Actor::spawn_linked(None, Coordinator::<S>::new(), args, rt.root.get_cell())
-            .await
-            .map_err(|e| RunError::Internal(format!("could not start the coordinator: {e}")))?;
+        self.pool.start_run(args).await?;
         Ok(Outcome {
             rx,
             thread_id: thread,

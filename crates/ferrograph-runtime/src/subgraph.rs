@@ -6,7 +6,7 @@
 //! a resume continues it where it stopped, with resume values routed to its tasks by id.
 
 use crate::config::RunConfig;
-use crate::coordinator::{Coordinator, RunArgs, RunEnd, TaskResult};
+use crate::coordinator::{RunArgs, RunEnd, TaskResult};
 use crate::events::EventTx;
 use crate::runtime::RuntimeInner;
 use crate::writer::Writer;
@@ -17,7 +17,6 @@ use ferrograph_core::engine::Frame;
 use ferrograph_core::json::Json;
 use ferrograph_core::node::{NodeContextParts, NodeError, NodeOutput};
 use ferrograph_core::{CompiledGraph, State};
-use ractor::Actor;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -101,9 +100,8 @@ pub(crate) async fn run_subgraph<S: State>(
         thread_info: None,
         merged,
     };
-    if let Err(e) =
-        Actor::spawn_linked(None, Coordinator::<S>::new(), args, runtime.root.get_cell()).await
-    {
+    let pool_for_run = args.pool.clone();
+    if let Err(e) = pool_for_run.start_run(args).await {
         return TaskResult::Failed(NodeError::fatal(format!(
             "could not start the subgraph coordinator: {e}"
         )));
