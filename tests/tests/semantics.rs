@@ -1448,3 +1448,56 @@ async fn graceful_drain_stops_at_a_superstep_boundary_with_the_checkpoint_saved(
         .unwrap_err();
     assert!(matches!(err, RunError::ShuttingDown));
 }
+
+// ---------------------------------------------------------------- the JSON surface
+
+#[tokio::test]
+async fn json_workflow_runs_streams_resumes_and_rejects_bad_input() {
+    use ferrograph::runtime::{JsonInput, Workflow};
+    let runner = runtime()
+        .await
+        .load(approval_graph())
+        .await
+        .unwrap()
+        .with_checkpointer(Arc::new(MemorySaver::new()));
+    let wf: Arc<dyn Workflow> = Arc::new(runner);
+    assert_eq!(wf.info().nodes, vec!["draft", "review", "publish"]);
+    let err = wf
+        .invoke(
+            JsonInput::Update(serde_json::json!({"count": "not a number"})),
+            RunConfig::thread("j"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::InvalidInput(_)), "{err}");
+    let mut run = wf
+        .start(
+            JsonInput::Update(serde_json::json!({"count": 5})),
+            RunConfig::thread("j").stream(StreamModes::all()),
+        )
+        .await
+        .unwrap();
+    let mut kinds = Vec::new();
+    while let Some(ev) = run.next_event().await {
+        kinds.push(ev.kind);
+    }
+    let out = run.outcome().await.unwrap();
+    assert_eq!(out.status, "interrupted");
+    assert_eq!(out.state["count"], 5);
+    assert!(
+        kinds.contains(&"interrupt") && kinds.contains(&"values"),
+        "{kinds:?}"
+    );
+    let out = wf
+        .invoke(
+            JsonInput::Resume(Resume::value(serde_json::json!("ship it"))),
+            RunConfig::thread("j"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, "done");
+    assert_eq!(out.state["answers"][0], "ship it");
+    let history = wf.history("j").await.unwrap();
+    assert!(history.len() >= 4);
+    assert_eq!(history[0].values["log"][2], "publish");
+}

@@ -74,6 +74,9 @@ pub enum RunError {
         /// Last failure.
         reason: String,
     },
+    /// The input (or an update) does not fit the graph's state.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
     /// The runtime is shutting down and accepts no new runs.
     #[error("the runtime is shutting down")]
     ShuttingDown,

@@ -7,6 +7,7 @@
 
 mod config;
 mod coordinator;
+mod erased;
 mod error;
 mod events;
 mod pool;
@@ -16,6 +17,10 @@ mod subgraph;
 mod writer;
 
 pub use config::{Durability, RestartIntensity, RunConfig, RuntimeConfig};
+pub use erased::{
+    event_json, outcome_json, JsonEvent, JsonInput, JsonOutcome, JsonRun, JsonSnapshot, Workflow,
+    WorkflowInfo,
+};
 pub use error::RunError;
 pub use runner::{GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, StateSnapshot};
 pub use runtime::Runtime;
