@@ -163,7 +163,7 @@ async fn chat_sled(runtime: &Runtime, quick: bool) -> Result<serde_json::Value, 
     let mut busy_retries = 0u64;
     for turn in 0..turns {
         let s0 = saver.stats();
-        let t = Instant::now();
+        let mut t = Instant::now();
         let input = ChatStateUpdate::new().messages(Message::human(format!(
             "Question number {turn}: could you tell me something interesting?"
         )));
@@ -179,6 +179,7 @@ async fn chat_sled(runtime: &Runtime, quick: bool) -> Result<serde_json::Value, 
                 Err(RunError::ThreadBusy(_)) => {
                     busy_retries += 1;
                     tokio::task::yield_now().await;
+                    t = Instant::now();
                 }
                 other => break other?,
             }
