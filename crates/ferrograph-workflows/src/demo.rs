@@ -1,11 +1,11 @@
-//! The demo workflow: turns commit subjects into release notes. Each commit is classified by
+//! The `demo` workflow: turns commit subjects into release notes. Each commit is classified by
 //! its own task (a `SendTo` fan-out), the results are merged with the append rule, a join
 //! waits for all of them, and a final node writes Markdown. No model is needed.
 
-use anyhow::Result;
 use ferrograph::prelude::*;
+use ferrograph::CompileError;
 use serde::{Deserialize, Serialize};
-use std::process::ExitCode;
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// One classified commit.
@@ -56,8 +56,8 @@ fn classify(subject: &str) -> Entry {
     }
 }
 
-fn graph() -> Result<CompiledGraph<Notes>> {
-    Ok(StateGraph::<Notes>::new("demo")
+fn build() -> Result<CompiledGraph<Notes>, CompileError> {
+    StateGraph::<Notes>::new("demo")
         .add_node("split", |s: Arc<Notes>, _c: NodeContext| async move {
             let n = s.commits.len();
             Ok::<_, NodeError>(NotesUpdate::new().markdown(format!("{n} commits")))
@@ -108,45 +108,32 @@ fn graph() -> Result<CompiledGraph<Notes>> {
         )
         .add_edge("classify", "write")
         .add_edge("write", END)
-        .compile()?)
+        .compile()
 }
 
-/// Runs the demo on `input` (commit subjects, one per line) or a built-in sample.
-pub async fn run(input: Option<String>, thread: Option<String>, stream: bool) -> Result<ExitCode> {
-    let text = input.unwrap_or_else(|| SAMPLE.to_string());
+/// The demo graph.
+pub fn graph() -> Result<CompiledGraph<Notes>, CompileError> {
+    build()
+}
+
+/// Parses plain text (commit subjects, one per line) or JSON (`{"commits": [...]}`) into the
+/// demo's input.
+pub fn parse_input(text: &str) -> Value {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        if v.is_object() {
+            return v;
+        }
+    }
     let commits: Vec<String> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect();
-    let runtime = Runtime::new().await?;
-    let runner = runtime
-        .load(graph()?)
-        .await?
-        .with_checkpointer(Arc::new(MemorySaver::new()));
-    let mut config = RunConfig::thread(thread.unwrap_or_else(|| "demo".to_string()));
-    if stream {
-        config = config.stream(
-            StreamModes::NONE
-                .with(StreamMode::Tasks)
-                .with(StreamMode::Custom),
-        );
-    }
-    let input = RunInput::Update(NotesUpdate::new().commits(commits));
-    let outcome = if stream {
-        let mut s = runner.stream(input, config).await?;
-        while let Some(ev) = s.next_event().await {
-            crate::print::event(&ev);
-        }
-        s.outcome().await?
-    } else {
-        runner.invoke(input, config).await?
-    };
-    println!("{}", outcome.state.markdown);
-    println!("{}", serde_json::to_string_pretty(&*outcome.state)?);
-    Ok(match outcome.status {
-        RunStatus::Done => ExitCode::SUCCESS,
-        _ => ExitCode::from(2),
-    })
+    json!({ "commits": commits })
+}
+
+/// The sample input used when none is given.
+pub fn sample_input() -> Value {
+    parse_input(SAMPLE)
 }
