@@ -1,47 +1,153 @@
 //! The `ferrograph` command-line tool.
 
-mod demo;
+mod config;
+mod print;
 
 /// Graph runs allocate many small, short-lived objects; mimalloc handles them several times
 /// faster than the system allocator.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-mod print;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use config::Config;
+use ferrograph::checkpoint_savers::SledSaver;
+use ferrograph::runtime::{JsonInput, JsonOutcome};
+use ferrograph::{
+    CheckpointSaver, Resume, RunConfig, RunError, Runtime, StreamMode, StreamModes, ThreadStatus,
+};
+use ferrograph_workflows::Registry;
+use serde_json::{json, Value};
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Agent graphs on supervised actors, on one machine.
 #[derive(Parser, Debug)]
 #[command(name = "ferrograph", version, about)]
 struct Cli {
+    /// Configuration file (default: FERROGRAPH_CONFIG, then <data dir>/ferrograph.toml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Data directory (default: FERROGRAPH_DATA_DIR, the config file, then the user's data dir).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Runs a workflow and prints its events and final state.
+    /// Runs a workflow, printing its events and its final state as JSON.
     Run {
-        /// Workflow name (`demo`).
+        /// Workflow name (see `ferrograph workflows`).
         workflow: String,
-        /// Input file (`-` for standard input). The demo reads commit subjects, one per line.
+        /// Input file (`-` for standard input); without it, the workflow's sample input.
         #[arg(long)]
         input: Option<String>,
-        /// Thread id.
+        /// Thread id (default: a new one).
         #[arg(long)]
         thread: Option<String>,
         /// Print events as they happen.
         #[arg(long)]
         stream: bool,
     },
+    /// Resumes an interrupted (or stopped) thread.
+    Resume(ResumeArgs),
+    /// Lists the workflows this binary can run.
+    Workflows,
+    /// Prints the effective configuration (flags, FERROGRAPH_* variables, file, defaults).
+    Config,
+    /// Threads: list, show, history, fork, remove.
+    Threads {
+        #[command(subcommand)]
+        what: ThreadsCommand,
+    },
+    /// Serves the HTTP API and the web console.
+    Serve {
+        /// Address to bind (anything but loopback needs a token).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        bind: std::net::SocketAddr,
+        /// Environment variable holding the bearer token.
+        #[arg(long)]
+        token_env: Option<String>,
+        /// Largest request body in bytes.
+        #[arg(long, default_value_t = 1 << 20)]
+        max_body_bytes: usize,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
+    },
+}
+
+#[derive(Args, Debug)]
+#[group(required = false, multiple = false)]
+struct ResumeChoice {
+    /// Resume value as JSON.
+    #[arg(long)]
+    value: Option<String>,
+    /// Approve (review workflows).
+    #[arg(long)]
+    approve: bool,
+    /// Reject (review workflows).
+    #[arg(long)]
+    reject: bool,
+    /// Send feedback (review workflows).
+    #[arg(long)]
+    feedback: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ResumeArgs {
+    /// Thread id.
+    thread: String,
+    #[command(flatten)]
+    choice: ResumeChoice,
+    /// Address the value to this interrupt id (when several are pending).
+    #[arg(long)]
+    interrupt: Option<String>,
+    /// Print events as they happen.
+    #[arg(long)]
+    stream: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum ThreadsCommand {
+    /// Lists threads.
+    List {
+        /// Only threads with this status: interrupted, running, done or failed.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Shows a thread's record and current state.
+    Show {
+        /// Thread id.
+        id: String,
+    },
+    /// Lists a thread's checkpoints, newest first.
+    History {
+        /// Thread id.
+        id: String,
+    },
+    /// Copies a thread at a checkpoint into a new thread.
+    Fork {
+        /// Thread id.
+        id: String,
+        /// Checkpoint id.
+        #[arg(long)]
+        checkpoint: String,
+        /// New thread id (default: a new one).
+        #[arg(long)]
+        into: Option<String>,
+    },
+    /// Removes a thread and its checkpoints.
+    Rm {
+        /// Thread id.
+        id: String,
     },
 }
 
@@ -61,32 +167,224 @@ enum BenchCommand {
     },
 }
 
-fn read_input(path: Option<&str>) -> Result<Option<String>> {
-    match path {
-        None => Ok(None),
-        Some("-") => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("reading standard input")?;
-            Ok(Some(s))
+/// Everything a command needs: the configuration, the database and the workflows.
+struct App {
+    config: Config,
+    runtime: Runtime,
+    saver: Arc<SledSaver>,
+    registry: Registry,
+}
+
+impl App {
+    async fn open(cli_config: Option<&PathBuf>, data_dir: Option<&PathBuf>) -> Result<App> {
+        let config = Config::load(
+            cli_config.map(PathBuf::as_path),
+            data_dir.map(PathBuf::as_path),
+        )?;
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+        let saver = SledSaver::open(config.checkpoint_dir())
+            .with_context(|| format!("opening {}", config.checkpoint_dir().display()))?;
+        let runtime = Runtime::new().await?;
+        let registry = ferrograph_workflows::builtin(&runtime, saver.clone()).await?;
+        Ok(App {
+            config,
+            runtime,
+            saver,
+            registry,
+        })
+    }
+
+    fn run_config(&self, thread: &str, stream: bool) -> RunConfig {
+        let mut c = RunConfig::thread(thread).max_steps(self.config.max_steps);
+        if let Some(t) = self.config.run_timeout {
+            c = c.timeout(t);
         }
-        Some(p) => std::fs::read_to_string(p)
-            .with_context(|| format!("reading input file {p}"))
-            .map(Some),
+        if stream {
+            c = c.stream(
+                StreamModes::NONE
+                    .with(StreamMode::Tasks)
+                    .with(StreamMode::Custom)
+                    .with(StreamMode::Tokens),
+            );
+        }
+        c
+    }
+
+    fn entry(&self, name: &str) -> Result<&ferrograph_workflows::Entry> {
+        self.registry.get(name).with_context(|| {
+            format!(
+                "unknown workflow `{name}` (available: {})",
+                self.registry.names().join(", ")
+            )
+        })
+    }
+
+    /// Runs to the end or an interrupt, printing events when streaming. Ctrl-C drains the run
+    /// at the next superstep boundary.
+    async fn execute(
+        &self,
+        workflow: &str,
+        input: JsonInput,
+        thread: &str,
+        stream: bool,
+    ) -> Result<ExitCode> {
+        let entry = self.entry(workflow)?;
+        let mut run = entry
+            .workflow
+            .start(input, self.run_config(thread, stream))
+            .await?;
+        let runtime = self.runtime.clone();
+        let ctrl_c = tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\ninterrupted: stopping at the next superstep boundary…");
+                runtime.shutdown(Duration::from_secs(30)).await;
+            }
+        });
+        while let Some(ev) = run.next_event().await {
+            if stream {
+                print::event(&ev);
+            }
+        }
+        let outcome = run.outcome().await;
+        ctrl_c.abort();
+        self.saver.flush().await?;
+        Ok(match outcome {
+            Ok(o) => {
+                print::outcome(&o, workflow);
+                exit_code(&o)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                eprintln!("the thread keeps its last checkpoint; continue with: ferrograph resume {thread}");
+                ExitCode::from(1)
+            }
+        })
     }
 }
 
-async fn run(
-    workflow: &str,
-    input: Option<String>,
-    thread: Option<String>,
-    stream: bool,
-) -> Result<ExitCode> {
-    match workflow {
-        "demo" => demo::run(input, thread, stream).await,
-        other => anyhow::bail!("unknown workflow `{other}` (available: demo)"),
+fn exit_code(o: &JsonOutcome) -> ExitCode {
+    match o.status {
+        "done" => ExitCode::SUCCESS,
+        "interrupted" => ExitCode::from(2),
+        _ => ExitCode::from(3),
     }
+}
+
+fn read_input(path: &str) -> Result<String> {
+    if path == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading input file {path}"))
+    }
+}
+
+fn resume_value(c: &ResumeChoice) -> Result<Option<Value>> {
+    Ok(if let Some(v) = &c.value {
+        Some(serde_json::from_str(v).with_context(|| format!("--value is not valid JSON: {v}"))?)
+    } else if c.approve {
+        Some(json!("approve"))
+    } else if c.reject {
+        Some(json!("reject"))
+    } else {
+        c.feedback.as_ref().map(|f| json!({ "feedback": f }))
+    })
+}
+
+async fn threads(app: &App, what: ThreadsCommand) -> Result<ExitCode> {
+    match what {
+        ThreadsCommand::List { status } => {
+            let status = status
+                .map(|s| s.parse::<ThreadStatus>().map_err(anyhow::Error::msg))
+                .transpose()?;
+            let list = app.saver.list_threads(status).await?;
+            print::line(format!(
+                "{:<34} {:<10} {:<12} {:>10}  interrupts",
+                "thread", "workflow", "status", "updated"
+            ));
+            for t in list {
+                let age = ferrograph::core::id::now_millis().saturating_sub(t.updated_at_ms) / 1000;
+                print::line(format!(
+                    "{:<34} {:<10} {:<12} {:>9}s  {}",
+                    t.thread_id,
+                    t.graph,
+                    t.status.as_str(),
+                    age,
+                    t.interrupts.len()
+                ));
+            }
+        }
+        ThreadsCommand::Show { id } => {
+            let info = app
+                .saver
+                .get_thread(&id)
+                .await?
+                .ok_or_else(|| RunError::ThreadNotFound(id.clone()))?;
+            let entry = app.entry(&info.graph)?;
+            let state = entry.workflow.get_state(&id, None).await?;
+            print::line(serde_json::to_string_pretty(
+                &json!({ "thread": info, "state": state }),
+            )?);
+        }
+        ThreadsCommand::History { id } => {
+            let info = app
+                .saver
+                .get_thread(&id)
+                .await?
+                .ok_or_else(|| RunError::ThreadNotFound(id.clone()))?;
+            let history = app.entry(&info.graph)?.workflow.history(&id).await?;
+            print::line(format!(
+                "{:<26} {:>4}  {:<7} {:<24} next",
+                "checkpoint", "step", "source", "writers"
+            ));
+            for s in history {
+                print::line(format!(
+                    "{:<26} {:>4}  {:<7} {:<24} {}",
+                    s.checkpoint_id,
+                    s.step,
+                    s.source.as_str().unwrap_or(""),
+                    s.writers.join(","),
+                    s.next.join(",")
+                ));
+            }
+        }
+        ThreadsCommand::Fork {
+            id,
+            checkpoint,
+            into,
+        } => {
+            let info = app
+                .saver
+                .get_thread(&id)
+                .await?
+                .ok_or_else(|| RunError::ThreadNotFound(id.clone()))?;
+            let new_id = into.unwrap_or_else(|| {
+                format!("{id}-fork-{}", &ferrograph::core::id::random_id()[..8])
+            });
+            let cp = app
+                .entry(&info.graph)?
+                .workflow
+                .fork(&id, &checkpoint, &new_id)
+                .await?;
+            app.saver.flush().await?;
+            print::line(format!(
+                "forked {id}@{checkpoint} into {new_id} (checkpoint {cp})"
+            ));
+            print::line(format!("continue with: ferrograph resume {new_id}"));
+        }
+        ThreadsCommand::Rm { id } => {
+            if !app.saver.delete_thread(&id).await? {
+                return Err(RunError::ThreadNotFound(id).into());
+            }
+            app.saver.flush().await?;
+            print::line(format!("removed {id}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn bench_graph(json: bool, quick: bool, runs: Option<usize>) -> Result<()> {
@@ -97,19 +395,19 @@ async fn bench_graph(json: bool, quick: bool, runs: Option<usize>) -> Result<()>
     };
     let results = ferrograph_benches::measure_all(budget).await?;
     if json {
-        let doc = serde_json::json!({
+        let doc = json!({
             "engine": "ferrograph",
             "version": env!("CARGO_PKG_VERSION"),
             "results": results,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        print::line(serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
-            "| graph | checkpointer | µs/node step | µs/run | p50 µs/run | p99 µs/run | runs |"
+        print::line(
+            "| graph | checkpointer | µs/node step | µs/run | p50 µs/run | p99 µs/run | runs |",
         );
-        println!("|---|---|---:|---:|---:|---:|---:|");
+        print::line("|---|---|---:|---:|---:|---:|---:|");
         for r in results {
-            println!(
+            print::line(format!(
                 "| {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {} |",
                 r.graph,
                 r.checkpointer,
@@ -118,10 +416,106 @@ async fn bench_graph(json: bool, quick: bool, runs: Option<usize>) -> Result<()>
                 r.p50_us_per_run,
                 r.p99_us_per_run,
                 r.runs
-            );
+            ));
         }
     }
     Ok(())
+}
+
+async fn main_async(cli: Cli) -> Result<ExitCode> {
+    if let Command::Bench {
+        what: BenchCommand::Graph { json, quick, runs },
+    } = cli.command
+    {
+        bench_graph(json, quick, runs).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
+    match cli.command {
+        Command::Run {
+            workflow,
+            input,
+            thread,
+            stream,
+        } => {
+            let entry = app.entry(&workflow)?;
+            let input = match input {
+                Some(p) => (entry.parse_input)(&read_input(&p)?),
+                None => (entry.sample_input)(),
+            };
+            let thread = thread.unwrap_or_else(|| {
+                format!("{workflow}-{}", &ferrograph::core::id::random_id()[..12])
+            });
+            print::line(format!("running {workflow} on thread {thread}"));
+            app.execute(&workflow, JsonInput::Update(input), &thread, stream)
+                .await
+        }
+        Command::Resume(args) => {
+            let info = app
+                .saver
+                .get_thread(&args.thread)
+                .await?
+                .ok_or_else(|| RunError::ThreadNotFound(args.thread.clone()))?;
+            let input = match (resume_value(&args.choice)?, args.interrupt) {
+                (None, _) => JsonInput::Continue,
+                (Some(v), None) => JsonInput::Resume(Resume::value(v)),
+                (Some(v), Some(id)) => JsonInput::Resume(Resume::by_id([(id, v)])),
+            };
+            app.execute(&info.graph, input, &args.thread, args.stream)
+                .await
+        }
+        Command::Workflows => {
+            for (name, e) in app.registry.iter() {
+                print::line(format!("{name:<10} {}", e.description));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Threads { what } => threads(&app, what).await,
+        Command::Config => {
+            let c = &app.config;
+            print::line(serde_json::to_string_pretty(&json!({
+                "data_dir": c.data_dir,
+                "checkpoints": c.checkpoint_dir(),
+                "max_steps": c.max_steps,
+                "max_runtime_seconds": c.run_timeout.map(|d| d.as_secs_f64()),
+                "tool_timeout_seconds": c.tool_timeout.map(|d| d.as_secs_f64()),
+                "default_model": c.default_model,
+                "remote": c.remote.as_ref().map(|r| json!({
+                    "base_url": r.base_url, "model": r.model, "api_key_env": r.api_key_env,
+                })),
+            }))?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve {
+            bind,
+            token_env,
+            max_body_bytes,
+        } => {
+            let token = match token_env {
+                Some(var) => Some(
+                    std::env::var(&var)
+                        .ok()
+                        .filter(|t| !t.is_empty())
+                        .with_context(|| format!("--token-env {var}: the variable is not set"))?,
+                ),
+                None => None,
+            };
+            let options = ferrograph_server::ServeOptions {
+                bind,
+                token,
+                max_body_bytes,
+            };
+            let runtime = app.runtime.clone();
+            let shutdown = async move {
+                let _ = tokio::signal::ctrl_c().await;
+                runtime.shutdown(Duration::from_secs(30)).await;
+            };
+            ferrograph_server::serve(options, app.registry.clone(), app.saver.clone(), shutdown)
+                .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { .. } => Ok(ExitCode::SUCCESS),
+    }
 }
 
 fn main() -> ExitCode {
@@ -152,25 +546,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = rt.block_on(async {
-        match cli.command {
-            Command::Run {
-                workflow,
-                input,
-                thread,
-                stream,
-            } => {
-                let input = read_input(input.as_deref())?;
-                run(&workflow, input, thread, stream).await
-            }
-            Command::Bench {
-                what: BenchCommand::Graph { json, quick, runs },
-            } => bench_graph(json, quick, runs)
-                .await
-                .map(|_| ExitCode::SUCCESS),
-        }
-    });
-    match result {
+    match rt.block_on(main_async(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,70 +1,132 @@
-//! Readable printing of run events.
+//! Readable printing of run events and outcomes.
 
-use ferrograph::core::stream::TaskOutcome;
-use ferrograph::prelude::*;
+use ferrograph::runtime::{JsonEvent, JsonOutcome};
+use serde_json::Value;
+use std::io::Write;
 
-/// Prints one event as a line.
-pub fn event<S: State>(ev: &StreamEvent<S>) {
-    let ns = |n: &str| {
-        if n.is_empty() {
-            String::new()
-        } else {
-            format!("[{n}] ")
-        }
-    };
-    match ev {
-        StreamEvent::TaskStart {
-            namespace,
-            step,
-            node,
-            attempt,
-            ..
-        } => {
-            let retry = if *attempt > 1 {
+/// Writes a line to standard output; a closed pipe ends the program quietly.
+pub fn line(text: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{text}").is_err() {
+        std::process::exit(0);
+    }
+}
+
+fn ns(n: &str) -> String {
+    if n.is_empty() {
+        String::new()
+    } else {
+        format!("[{n}] ")
+    }
+}
+
+/// Prints one event as a line (tokens are printed as they come).
+pub fn event(ev: &JsonEvent) {
+    let d = &ev.data;
+    let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let step = d.get("step").and_then(Value::as_u64).unwrap_or(0);
+    match ev.kind {
+        "task_start" => {
+            let attempt = d.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+            let retry = if attempt > 1 {
                 format!(" (attempt {attempt})")
             } else {
                 String::new()
             };
-            println!("  {}step {step:>2}  ▶ {node}{retry}", ns(namespace));
+            line(format!(
+                "  {}step {step:>2}  ▶ {}{retry}",
+                ns(&ev.namespace),
+                s("node")
+            ));
         }
-        StreamEvent::TaskEnd {
-            namespace,
-            step,
-            node,
-            duration,
-            outcome,
-            ..
-        } => {
-            let what = match outcome {
-                TaskOutcome::Ok => "✔".to_string(),
-                TaskOutcome::Cached => "✔ (reused)".to_string(),
-                TaskOutcome::Interrupted => "⏸ interrupted".to_string(),
-                TaskOutcome::Error { error, will_retry } => {
-                    format!(
-                        "✘ {error}{}",
-                        if *will_retry { " (will retry)" } else { "" }
-                    )
-                }
+        "task_end" => {
+            let ms = d.get("duration_ms").and_then(Value::as_f64).unwrap_or(0.0);
+            let what = match d.get("outcome") {
+                Some(Value::String(o)) if o == "ok" => "✔".to_string(),
+                Some(Value::String(o)) if o == "cached" => "✔ (reused)".to_string(),
+                Some(Value::String(o)) if o == "interrupted" => "⏸ interrupted".to_string(),
+                Some(Value::Object(e)) => format!(
+                    "✘ {}{}",
+                    e.get("error").and_then(Value::as_str).unwrap_or("error"),
+                    if e.get("will_retry").and_then(Value::as_bool) == Some(true) {
+                        " (will retry)"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => "?".to_string(),
             };
-            println!(
-                "  {}step {step:>2}  {what} {node} in {:.2} ms",
-                ns(namespace),
-                duration.as_secs_f64() * 1e3
-            );
+            line(format!(
+                "  {}step {step:>2}  {what} {} in {ms:.2} ms",
+                ns(&ev.namespace),
+                s("node")
+            ));
         }
-        StreamEvent::Custom {
-            namespace,
-            node,
-            payload,
-        } => println!("  {}{node}: {payload}", ns(namespace)),
-        StreamEvent::Token { text, .. } => {
-            print!("{text}");
-        }
-        StreamEvent::Interrupt { interrupts, .. } => {
-            for i in interrupts {
-                println!("  ⏸ interrupt {} at {}: {}", i.id, i.node, i.value);
-            }
+        "custom" => line(format!(
+            "  {}{}: {}",
+            ns(&ev.namespace),
+            s("node"),
+            d.get("payload").cloned().unwrap_or(Value::Null)
+        )),
+        "tool" => line(format!(
+            "  {}{}: tool {}",
+            ns(&ev.namespace),
+            s("node"),
+            d.get("event").cloned().unwrap_or(Value::Null)
+        )),
+        "token" => {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "{}", s("text"));
+            let _ = out.flush();
         }
         _ => {}
+    }
+}
+
+/// Prints how a run ended; for interrupts, the payload and the exact resume commands.
+pub fn outcome(o: &JsonOutcome, workflow: &str) {
+    line(serde_json::to_string_pretty(&o.state).unwrap_or_default());
+    let thread = o.thread_id.clone().unwrap_or_default();
+    match o.status {
+        "done" => line(format!("\n✔ {workflow} finished (thread {thread})")),
+        "interrupted" => {
+            line(format!(
+                "\n⏸ {workflow} is waiting for input (thread {thread})"
+            ));
+            for i in &o.interrupts {
+                line(format!("\ninterrupt {} at {}:", i.id, i.node));
+                if let Some(summary) = i.value.0.get("summary").and_then(Value::as_str) {
+                    line(summary);
+                } else {
+                    line(serde_json::to_string_pretty(&i.value.0).unwrap_or_default());
+                }
+            }
+            let choices: Vec<String> = o
+                .interrupts
+                .first()
+                .and_then(|i| i.value.0.get("choices"))
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|c| c.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            line("\nresume with:");
+            if o.interrupts.iter().all(|i| i.static_) {
+                line(format!("  ferrograph resume {thread}"));
+            } else if choices.iter().any(|c| c == "approve") {
+                line(format!("  ferrograph resume {thread} --approve"));
+                line(format!("  ferrograph resume {thread} --reject"));
+                line(format!(
+                    "  ferrograph resume {thread} --feedback \"what to change\""
+                ));
+            } else {
+                line(format!("  ferrograph resume {thread} --value '<json>'"));
+            }
+        }
+        other => line(format!(
+            "\n■ {workflow} stopped ({other}); continue with: ferrograph resume {thread}"
+        )),
     }
 }

@@ -73,7 +73,10 @@ impl Registry {
 }
 
 /// The built-in workflows, loaded into `runtime` with `saver` as their checkpointer.
-pub async fn builtin(runtime: &Runtime, saver: Arc<dyn CheckpointSaver>) -> Result<Registry, RegistryError> {
+pub async fn builtin(
+    runtime: &Runtime,
+    saver: Arc<dyn CheckpointSaver>,
+) -> Result<Registry, RegistryError> {
     let mut r = Registry::new();
     let demo = runtime
         .load(demo::graph()?)
@@ -155,12 +158,17 @@ mod tests {
             .invoke(JsonInput::Resume(Resume::value("maybe".into())), cfg())
             .await
             .unwrap_err();
-        assert!(bad.to_string().contains("unrecognized review answer"), "{bad}");
+        assert!(
+            bad.to_string().contains("unrecognized review answer"),
+            "{bad}"
+        );
         let mut last = None;
         for i in 0..3 {
             last = Some(
                 wf.invoke(
-                    JsonInput::Resume(Resume::value(serde_json::json!({ "feedback": format!("f{i}") }))),
+                    JsonInput::Resume(Resume::value(
+                        serde_json::json!({ "feedback": format!("f{i}") }),
+                    )),
                     cfg(),
                 )
                 .await
@@ -188,6 +196,9 @@ mod tests {
             .unwrap();
         assert_eq!(out.state["classified"], 3);
         let md = out.state["markdown"].as_str().unwrap();
-        assert!(md.contains("## Features\n- a") && md.contains("## Fixes\n- b"), "{md}");
+        assert!(
+            md.contains("## Features\n- a") && md.contains("## Fixes\n- b"),
+            "{md}"
+        );
     }
 }

@@ -56,7 +56,10 @@ impl Decision {
                 _ => None,
             };
         }
-        let text = v.get("feedback").and_then(Value::as_str).map(str::to_string);
+        let text = v
+            .get("feedback")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         match v.get("decision").and_then(Value::as_str) {
             Some("approve") => Some(Decision::Approve),
             Some("reject") => Some(Decision::Reject),
