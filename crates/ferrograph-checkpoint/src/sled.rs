@@ -240,9 +240,29 @@ impl SledSaver {
         // The previous instance of this path may still be closing on another thread (sled
         // releases its file lock when its last handle is gone); wait for it briefly.
         let mut attempt = 0u32;
+        let mut conf_reset = false;
         let db = loop {
             match sled::Config::new().path(path).open() {
                 Ok(db) => break db,
+                // sled writes its `conf` file in two unsynchronized writes when it creates a
+                // database; a process killed in between leaves a damaged `conf` and no `db`
+                // file. Nothing was ever stored then, so the creation can start over.
+                Err(sled::Error::Corruption { .. })
+                    if !conf_reset
+                        && std::fs::metadata(path.join("db")).map_or(true, |m| m.len() == 0) =>
+                {
+                    conf_reset = true;
+                    tracing::warn!(
+                        path = %path.display(),
+                        "sled database creation was interrupted; creating it again"
+                    );
+                    std::fs::remove_file(path.join("conf")).map_err(|e| {
+                        CheckpointError::backend(
+                            format!("could not reset {}", path.join("conf").display()),
+                            e,
+                        )
+                    })?;
+                }
                 Err(sled::Error::Io(e))
                     if e.to_string().contains("could not acquire lock") && attempt < 200 =>
                 {

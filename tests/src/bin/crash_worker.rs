@@ -382,7 +382,13 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("crash_worker: {e}");
+            let mut text = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("crash_worker: {text}");
             std::process::ExitCode::from(2)
         }
     }
