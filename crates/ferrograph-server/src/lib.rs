@@ -1,20 +1,71 @@
-//! HTTP API, event streams, web console and metrics for ferrograph (being built: see issue 8).
+//! HTTP API, event streams, web console and metrics for ferrograph.
+//!
+//! [`serve`] runs everything on one socket:
+//!
+//! - the JSON API over threads and runs (`/threads`, `/threads/{id}/runs`, `/workflows`, ...),
+//!   described by the OpenAPI 3.0 document at `/openapi.json`;
+//! - Server-Sent Events: a run's own events (`POST /threads/{id}/runs` with `"stream": true`) and
+//!   the live events of whatever runs on a thread (`GET /threads/{id}/events`);
+//! - Prometheus metrics at `/metrics` and a liveness probe at `/healthz`;
+//! - the web console at `/` (static files embedded in the binary).
+//!
+//! Every error is JSON: `{"error": {"code": "...", "message": "..."}}`. A second run on a thread
+//! that already has one in progress is refused with `409 thread_busy`.
+//!
+//! The server binds 127.0.0.1 unless told otherwise; binding any other address requires a bearer
+//! token, and when a token is set every route except `/healthz` and the console's static files
+//! requires `Authorization: Bearer <token>`.
+//!
+//! For tests and embedding, build an [`AppState`] and either call [`router`] or [`serve_on`]
+//! with a listener bound to port 0.
 
+mod api;
+mod console;
+mod error;
+mod metrics;
+mod openapi;
+mod runs;
+
+pub use error::{ApiError, ApiJson};
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use ferrograph::CheckpointSaver;
 use ferrograph_workflows::Registry;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, watch};
+
+/// Default largest request body: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Default port of `ferrograph serve`.
+pub const DEFAULT_PORT: u16 = 8420;
 
 /// Settings of `ferrograph serve`.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     /// Address to bind; 127.0.0.1 by default. Any other address requires `token`.
     pub bind: SocketAddr,
-    /// Bearer token required on every request (except `/healthz`) when set.
+    /// Bearer token required on every request (except `/healthz` and the console's static
+    /// files) when set. An empty token counts as none.
     pub token: Option<String>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, DEFAULT_PORT)),
+            token: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
 }
 
 /// Why the server could not run.
@@ -29,19 +80,200 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
+/// One event of a thread's live stream.
+#[derive(Debug)]
+pub(crate) struct LiveEvent {
+    /// SSE event name.
+    pub(crate) kind: String,
+    /// SSE data, as JSON text.
+    pub(crate) data: String,
+}
+
+pub(crate) struct Inner {
+    pub(crate) registry: Registry,
+    pub(crate) saver: Arc<dyn CheckpointSaver>,
+    pub(crate) token: Option<String>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) metrics: metrics::Metrics,
+    /// Live event channels, by thread.
+    pub(crate) live: Mutex<HashMap<String, broadcast::Sender<Arc<LiveEvent>>>>,
+    /// Threads with a run in progress through this server.
+    pub(crate) active: Mutex<HashSet<String>>,
+    /// Flips to true when the server shuts down, ending open event streams.
+    pub(crate) closing: watch::Sender<bool>,
+}
+
+/// Shared state of the server: the workflows, the checkpoint saver, the token, metrics and the
+/// live event channels. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl AppState {
+    /// State serving `registry`, with thread records in `saver` (the saver the registry's
+    /// workflows checkpoint into). `token`, when set and non-empty, is required as a bearer
+    /// token on every route except `/healthz` and the console's static files.
+    pub fn new(registry: Registry, saver: Arc<dyn CheckpointSaver>, token: Option<String>) -> Self {
+        let (closing, _) = watch::channel(false);
+        AppState {
+            inner: Arc::new(Inner {
+                registry,
+                saver,
+                token: token.filter(|t| !t.is_empty()),
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                metrics: metrics::Metrics::new(),
+                live: Mutex::new(HashMap::new()),
+                active: Mutex::new(HashSet::new()),
+                closing,
+            }),
+        }
+    }
+
+    /// Sets the largest accepted request body (413 above it). Call before [`router`].
+    #[must_use]
+    pub fn with_max_body_bytes(self, max: usize) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.max_body_bytes = max;
+                AppState {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(inner) => {
+                tracing::warn!("with_max_body_bytes called on a shared AppState; ignored");
+                AppState { inner }
+            }
+        }
+    }
+
+    /// Whether a bearer token is required.
+    pub fn requires_token(&self) -> bool {
+        self.inner.token.is_some()
+    }
+
+    /// Ends the open event streams (`/threads/{id}/events`), so that a graceful shutdown does
+    /// not wait for clients that never disconnect.
+    pub fn close_streams(&self) {
+        self.inner.closing.send_replace(true);
+    }
+
+    /// Number of runs in progress through this server.
+    pub fn active_runs(&self) -> usize {
+        runs::lock(&self.inner.active).len()
+    }
+}
+
+/// The routes, with authentication, the body limit and JSON error bodies.
+pub fn router(state: AppState) -> axum::Router {
+    let max = state.inner.max_body_bytes;
+    api::routes()
+        .merge(console::routes())
+        .fallback(|| async { ApiError::from_status(StatusCode::NOT_FOUND) })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(max))
+        .layer(axum::middleware::map_response(error::json_errors))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_responses,
+        ))
+        .with_state(state)
+}
+
+async fn count_responses(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().as_str().to_string();
+    let resp = next.run(req).await;
+    state
+        .inner
+        .metrics
+        .record_http(&method, resp.status().as_u16());
+    resp
+}
+
+/// Paths served without a token: the liveness probe and the console's static files (a browser
+/// cannot send a bearer token when it navigates; the console asks for the token and sends it
+/// with its API calls).
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/" | "/console") || path.starts_with("/console/assets/")
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &state.inner.token {
+        if !is_public(req.uri().path()) {
+            let given = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| {
+                    v.strip_prefix("Bearer ")
+                        .or_else(|| v.strip_prefix("bearer "))
+                })
+                .map(str::trim);
+            let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
+            if !ok {
+                return ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    if given.is_some() {
+                        "the bearer token is wrong"
+                    } else {
+                        "this server requires `Authorization: Bearer <token>`"
+                    },
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
 /// Serves the API and console for `registry` until `shutdown` resolves.
+///
+/// Refuses ([`ServerError::TokenRequired`]) to bind a non-loopback address without a token.
 pub async fn serve(
     options: ServeOptions,
     registry: Registry,
     saver: Arc<dyn CheckpointSaver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let _ = (registry, saver);
-    if !options.bind.ip().is_loopback() && options.token.is_none() {
+    let token = options.token.filter(|t| !t.is_empty());
+    if !options.bind.ip().is_loopback() && token.is_none() {
         return Err(ServerError::TokenRequired(options.bind));
     }
+    let state = AppState::new(registry, saver, token).with_max_body_bytes(options.max_body_bytes);
     let listener = tokio::net::TcpListener::bind(options.bind).await?;
-    tracing::info!(addr = %listener.local_addr()?, "serving");
-    shutdown.await;
+    serve_on(listener, state, shutdown).await
+}
+
+/// Serves `state` on an already bound listener until `shutdown` resolves; then ends the open
+/// event streams and waits for requests in progress. Refuses a non-loopback listener when no
+/// token is set.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() && !state.requires_token() {
+        return Err(ServerError::TokenRequired(addr));
+    }
+    tracing::info!(%addr, auth = state.requires_token(), "serving the ferrograph API and console");
+    let app = router(state.clone());
+    let closer = state.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: ending event streams");
+            closer.close_streams();
+        })
+        .await?;
     Ok(())
 }

@@ -1,0 +1,524 @@
+//! The JSON API's handlers.
+
+use crate::error::{ApiError, ApiJson};
+use crate::runs;
+use crate::AppState;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use ferrograph::runtime::{JsonInput, Workflow};
+use ferrograph::{Resume, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/workflows", get(workflows))
+        .route("/threads", get(list_threads).post(create_thread))
+        .route("/threads/{id}", get(get_thread).delete(delete_thread))
+        .route("/threads/{id}/state", get(get_state).post(update_state))
+        .route("/threads/{id}/history", get(history))
+        .route("/threads/{id}/runs", axum::routing::post(create_run))
+        .route("/threads/{id}/events", get(thread_events))
+}
+
+const MAX_THREAD_ID: usize = 128;
+
+fn check_thread_id(id: &str) -> Result<(), ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_THREAD_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_body(format!(
+            "thread_id must be 1 to {MAX_THREAD_ID} characters of A-Z a-z 0-9 - _ . :"
+        )))
+    }
+}
+
+/// The status shown for a thread: `idle` for a thread created through the API that has not run
+/// yet (stored as `done` without a checkpoint, since thread records have no idle status).
+fn view_status(info: &ThreadInfo) -> &'static str {
+    if info.status == ThreadStatus::Done && info.last_checkpoint_id.is_none() {
+        "idle"
+    } else {
+        info.status.as_str()
+    }
+}
+
+fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
+    json!({
+        "thread_id": info.thread_id,
+        "workflow": info.graph,
+        "status": view_status(info),
+        "active": state.is_active(&info.thread_id),
+        "created_at_ms": info.created_at_ms,
+        "updated_at_ms": info.updated_at_ms,
+        "last_checkpoint_id": info.last_checkpoint_id,
+        "error": info.error,
+        "interrupts": info.interrupts,
+        "metadata": info.metadata,
+    })
+}
+
+async fn load_thread(state: &AppState, id: &str) -> Result<ThreadInfo, ApiError> {
+    state
+        .inner
+        .saver
+        .get_thread(id)
+        .await?
+        .ok_or_else(|| ApiError::thread_not_found(id))
+}
+
+fn workflow_of(state: &AppState, info: &ThreadInfo) -> Result<Arc<dyn Workflow>, ApiError> {
+    let reg = &state.inner.registry;
+    if let Some(e) = reg.get(&info.graph) {
+        return Ok(e.workflow.clone());
+    }
+    reg.iter()
+        .find(|(_, e)| e.workflow.info().name == info.graph)
+        .map(|(_, e)| e.workflow.clone())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "workflow_not_loaded",
+                format!(
+                    "thread `{}` belongs to workflow `{}`, which this server does not serve",
+                    info.thread_id, info.graph
+                ),
+            )
+        })
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn openapi(State(state): State<AppState>) -> Json<Value> {
+    Json(crate::openapi::document(&state.inner.registry.names()))
+}
+
+async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let records = state.inner.saver.list_threads(None).await?;
+    let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
+    let mut pending = 0u64;
+    for r in &records {
+        *by_status.entry(view_status(r).to_string()).or_default() += 1;
+        if r.status == ThreadStatus::Interrupted {
+            pending += r.interrupts.len() as u64;
+        }
+    }
+    let text = state
+        .inner
+        .metrics
+        .render(&by_status, pending, state.active_runs());
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response())
+}
+
+async fn workflows(State(state): State<AppState>) -> Json<Value> {
+    let list: Vec<Value> = state
+        .inner
+        .registry
+        .iter()
+        .map(|(name, e)| {
+            let info = e.workflow.info();
+            json!({
+                "name": name,
+                "graph": info.name,
+                "description": e.description,
+                "nodes": info.nodes,
+                "mermaid": info.mermaid,
+                "sample_input": (e.sample_input)(),
+            })
+        })
+        .collect();
+    Json(json!({ "workflows": list }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateThread {
+    workflow: String,
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+async fn create_thread(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateThread>,
+) -> Result<Response, ApiError> {
+    if state.inner.registry.get(&body.workflow).is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "workflow_not_found",
+            format!(
+                "no workflow `{}` (available: {})",
+                body.workflow,
+                state.inner.registry.names().join(", ")
+            ),
+        ));
+    }
+    let id = match body.thread_id {
+        Some(id) => {
+            check_thread_id(&id)?;
+            id
+        }
+        None => ferrograph::core::id::random_id(),
+    };
+    let saver = &state.inner.saver;
+    if saver.get_thread(&id).await?.is_some() || state.is_active(&id) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "thread_exists",
+            format!("thread `{id}` already exists"),
+        ));
+    }
+    let mut info = ThreadInfo::new(id.clone(), body.workflow);
+    info.status = ThreadStatus::Done;
+    info.metadata = body.metadata;
+    saver.put_thread(info.clone()).await?;
+    let mut resp = (StatusCode::CREATED, Json(thread_view(&state, &info))).into_response();
+    if let Ok(loc) = HeaderValue::from_str(&format!("/threads/{id}")) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    workflow: Option<String>,
+    limit: Option<String>,
+}
+
+async fn list_threads(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", m);
+    let (stored, wanted_view): (Option<ThreadStatus>, Option<&str>) = match q.status.as_deref() {
+        None | Some("") => (None, None),
+        Some("idle") => (Some(ThreadStatus::Done), Some("idle")),
+        Some(s) => {
+            let st: ThreadStatus = s
+                .parse()
+                .map_err(|e: String| bad(format!("{e}, or idle")))?;
+            (Some(st), Some(st.as_str()))
+        }
+    };
+    let limit = match q.limit.as_deref() {
+        None | Some("") => usize::MAX,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| bad(format!("limit must be a positive integer, not `{l}`")))?,
+    };
+    let mut records = state.inner.saver.list_threads(stored).await?;
+    records.retain(|r| {
+        wanted_view.is_none_or(|w| view_status(r) == w)
+            && q.workflow
+                .as_deref()
+                .is_none_or(|w| w.is_empty() || r.graph == w)
+    });
+    records.sort_by(|a, b| {
+        b.updated_at_ms
+            .cmp(&a.updated_at_ms)
+            .then_with(|| a.thread_id.cmp(&b.thread_id))
+    });
+    let total = records.len();
+    let threads: Vec<Value> = records
+        .iter()
+        .take(limit)
+        .map(|r| thread_view(&state, r))
+        .collect();
+    Ok(Json(json!({ "threads": threads, "total": total })))
+}
+
+async fn get_thread(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let info = load_thread(&state, &id).await?;
+    Ok(Json(thread_view(&state, &info)))
+}
+
+async fn delete_thread(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let guard = state.claim(&id)?;
+    let existed = state.inner.saver.delete_thread(&id).await?;
+    drop(guard);
+    if !existed {
+        return Err(ApiError::thread_not_found(&id));
+    }
+    state.release_live(&id, true);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct StateQuery {
+    checkpoint_id: Option<String>,
+}
+
+fn empty_snapshot() -> Value {
+    json!({
+        "values": null, "next": [], "checkpoint_id": null, "parent_id": null, "step": 0,
+        "source": null, "writers": [], "created_at_ms": null, "interrupts": [],
+    })
+}
+
+async fn get_state(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<StateQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let info = load_thread(&state, &id).await?;
+    let wf = workflow_of(&state, &info)?;
+    let checkpoint = q.checkpoint_id.filter(|c| !c.is_empty());
+    if checkpoint.is_none() && info.last_checkpoint_id.is_none() {
+        if let Ok(None) = state.inner.saver.get(&id, None).await {
+            return Ok(Json(empty_snapshot()));
+        }
+    }
+    match wf.get_state(&id, checkpoint.as_deref()).await {
+        Ok(s) => Ok(Json(serde_json::to_value(&s).unwrap_or(Value::Null))),
+        Err(ferrograph::RunError::ThreadNotFound(_)) if checkpoint.is_none() => {
+            Ok(Json(empty_snapshot()))
+        }
+        Err(ferrograph::RunError::Checkpoint(ferrograph::CheckpointError::NotFound {
+            checkpoint,
+            ..
+        })) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "checkpoint_not_found",
+            format!("thread `{id}` has no checkpoint `{checkpoint}`"),
+        )),
+        Err(ferrograph::RunError::ThreadNotFound(_)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "checkpoint_not_found",
+            format!("thread `{id}` has no such checkpoint"),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateState {
+    values: Value,
+    #[serde(default)]
+    as_node: Option<String>,
+}
+
+async fn update_state(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateState>,
+) -> Result<Json<Value>, ApiError> {
+    let info = load_thread(&state, &id).await?;
+    let wf = workflow_of(&state, &info)?;
+    if !body.values.is_object() {
+        return Err(ApiError::invalid_body("`values` must be an object"));
+    }
+    if let Some(node) = &body.as_node {
+        if !wf.info().nodes.iter().any(|n| n == node) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_node",
+                format!("workflow `{}` has no node `{node}`", info.graph),
+            ));
+        }
+    }
+    let guard = state.claim(&id)?;
+    let result = wf
+        .update_state(&id, body.values, body.as_node.as_deref())
+        .await;
+    drop(guard);
+    let checkpoint_id = result?;
+    Ok(Json(
+        json!({ "thread_id": id, "checkpoint_id": checkpoint_id }),
+    ))
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    limit: Option<String>,
+}
+
+async fn history(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let info = load_thread(&state, &id).await?;
+    let wf = workflow_of(&state, &info)?;
+    let limit = match q.limit.as_deref() {
+        None | Some("") => usize::MAX,
+        Some(l) => l.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                format!("limit must be a positive integer, not `{l}`"),
+            )
+        })?,
+    };
+    let list = match wf.history(&id).await {
+        Ok(l) => l,
+        Err(ferrograph::RunError::ThreadNotFound(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let items: Vec<Value> = list
+        .iter()
+        .take(limit)
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
+        .collect();
+    Ok(Json(json!({ "history": items })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunCommand {
+    resume: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunRequest {
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    command: Option<RunCommand>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_mode: Option<Vec<StreamMode>>,
+}
+
+/// A resume value addressed by interrupt id when it is an object whose keys are all ids of
+/// pending interrupts; otherwise one value for the single pending interrupt.
+fn resume_of(value: Value, info: &ThreadInfo) -> Resume {
+    if let Value::Object(map) = &value {
+        let addressed = !map.is_empty()
+            && map
+                .keys()
+                .all(|k| info.interrupts.iter().any(|i| &i.id == k));
+        if addressed {
+            let by_id: HashMap<String, Value> = map.clone().into_iter().collect();
+            return Resume::by_id(by_id);
+        }
+    }
+    Resume::value(value)
+}
+
+/// Starts a run on a thread: with `input`, from that update; with `command.resume`, answering
+/// pending interrupts; with neither, continuing the thread. Refused with `409 thread_busy` while
+/// another run is in progress on the thread.
+async fn create_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RunRequest>,
+) -> Result<Response, ApiError> {
+    let info = load_thread(&state, &id).await?;
+    let wf = workflow_of(&state, &info)?;
+    let input = match (body.input, body.command) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid_body(
+                "give either `input` or `command`, not both",
+            ))
+        }
+        (Some(Value::Null), None) | (None, None) => JsonInput::Continue,
+        (Some(v), None) => {
+            if !v.is_object() {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_input",
+                    "`input` must be an object (an update of the workflow's state)",
+                ));
+            }
+            JsonInput::Update(v)
+        }
+        (None, Some(c)) => JsonInput::Resume(resume_of(c.resume, &info)),
+    };
+    let modes: Option<StreamModes> = body.stream.then(|| match &body.stream_mode {
+        Some(list) if !list.is_empty() => list.iter().copied().collect(),
+        _ => StreamModes::from(StreamMode::Values),
+    });
+    let started = runs::start_run(&state, info, wf, input, modes).await?;
+    if let Some(rx) = started.events {
+        let events = ReceiverStream::new(rx)
+            .map(|e| Ok::<_, Infallible>(Event::default().event(&e.kind).data(&e.data)));
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    match started.outcome.await {
+        Ok(Ok(outcome)) => Ok(Json(outcome).into_response()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "the run ended without an outcome",
+        )),
+    }
+}
+
+/// The live events of the runs on a thread, as Server-Sent Events: first a `thread` event with
+/// the thread record, then every event of every run (`run_start`, the run's events, `end` or
+/// `error`), until the client disconnects or the server shuts down.
+async fn thread_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let rx = state.live_sender(&id).subscribe();
+    let info = match load_thread(&state, &id).await {
+        Ok(i) => i,
+        Err(e) => {
+            drop(rx);
+            state.release_live(&id, false);
+            return Err(e);
+        }
+    };
+    let first = runs::live_event("thread", &thread_view(&state, &info));
+    let live = BroadcastStream::new(rx).map(|r| match r {
+        Ok(e) => Event::default().event(&e.kind).data(&e.data),
+        Err(BroadcastStreamRecvError::Lagged(n)) => Event::default()
+            .event("lagged")
+            .data(json!({ "skipped": n }).to_string()),
+    });
+    let first =
+        futures::stream::once(async move { Event::default().event(&first.kind).data(&first.data) });
+    let mut closing = state.inner.closing.subscribe();
+    let stop = async move {
+        let _ = closing.wait_for(|c| *c).await;
+    };
+    let events = first.chain(live).take_until(stop).map(Ok::<_, Infallible>);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}

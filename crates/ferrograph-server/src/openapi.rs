@@ -1,0 +1,395 @@
+//! The OpenAPI 3.0 document of the API, written by hand (served at `/openapi.json`).
+
+use serde_json::{json, Value};
+
+fn err(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+    })
+}
+
+fn ok(description: &str, schema: &str) -> Value {
+    json!({
+        "description": description,
+        "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } }
+    })
+}
+
+fn body(schema: &str) -> Value {
+    json!({
+        "required": true,
+        "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } }
+    })
+}
+
+fn id_param() -> Value {
+    json!({
+        "name": "id", "in": "path", "required": true,
+        "description": "Thread id.",
+        "schema": { "type": "string", "minLength": 1 }
+    })
+}
+
+/// Adds the responses every protected route can give.
+fn with_common(mut responses: Value) -> Value {
+    if let Some(map) = responses.as_object_mut() {
+        map.entry("401")
+            .or_insert_with(|| err("A bearer token is required and missing or wrong."));
+    }
+    responses
+}
+
+/// The document. `workflows` are the names of the served workflows (the `workflow` field of
+/// `POST /threads` is one of them).
+pub(crate) fn document(workflows: &[String]) -> Value {
+    let thread_404 = err("No such thread.");
+    let busy = err("`thread_busy`: a run is in progress on the thread (a second run, update or delete is refused until it ends), or `workflow_not_loaded`: the thread's workflow is not served here.");
+    let bad_path = err("The path or query is malformed.");
+    let too_large = err("The request body is larger than the server's limit (`max_body_bytes`).");
+    let not_json = err("The Content-Type is not JSON.");
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "ferrograph API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Threads and runs of ferrograph workflows. Every error has the body `{\"error\": {\"code\", \"message\"}}`. Bad JSON is 400, JSON of the wrong shape 422, an unknown thread 404, a second run on a busy thread 409, an oversized body 413. When the server has a token, every route except /healthz needs `Authorization: Bearer <token>`."
+        },
+        "servers": [ { "url": "/" } ],
+        "security": [ { "bearerAuth": [] }, {} ],
+        "paths": {
+            "/healthz": {
+                "get": {
+                    "operationId": "healthz",
+                    "summary": "Liveness probe (never needs a token).",
+                    "security": [],
+                    "responses": { "200": ok("The server is up.", "Health") }
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "summary": "Prometheus metrics in the text exposition format.",
+                    "responses": with_common(json!({
+                        "200": { "description": "Metrics.", "content": { "text/plain": { "schema": { "type": "string" } } } },
+                        "500": err("The thread records could not be read.")
+                    }))
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "This document.",
+                    "responses": with_common(json!({
+                        "200": { "description": "The OpenAPI document.", "content": { "application/json": { "schema": { "type": "object" } } } }
+                    }))
+                }
+            },
+            "/workflows": {
+                "get": {
+                    "operationId": "listWorkflows",
+                    "summary": "The workflows this server runs: names, descriptions, nodes, Mermaid diagrams and sample inputs.",
+                    "responses": with_common(json!({ "200": ok("Workflows.", "WorkflowList") }))
+                }
+            },
+            "/threads": {
+                "get": {
+                    "operationId": "listThreads",
+                    "summary": "Thread records, most recently updated first.",
+                    "parameters": [
+                        { "name": "status", "in": "query", "required": false,
+                          "schema": { "type": "string", "enum": ["idle", "running", "interrupted", "done", "failed"] } },
+                        { "name": "workflow", "in": "query", "required": false, "schema": { "type": "string" } },
+                        { "name": "limit", "in": "query", "required": false,
+                          "schema": { "type": "integer", "minimum": 1, "maximum": 100000 } }
+                    ],
+                    "responses": with_common(json!({
+                        "200": ok("Threads.", "ThreadList"),
+                        "400": err("Unknown status or bad limit."),
+                        "500": err("The thread records could not be read.")
+                    }))
+                },
+                "post": {
+                    "operationId": "createThread",
+                    "summary": "Creates a thread of a workflow (status `idle` until its first run).",
+                    "requestBody": body("CreateThread"),
+                    "responses": with_common(json!({
+                        "201": ok("The new thread.", "Thread"),
+                        "400": err("The body is not JSON."),
+                        "404": err("No such workflow."),
+                        "409": err("A thread with this id exists."),
+                        "413": too_large,
+                        "415": not_json,
+                        "422": err("The body does not have the expected shape, or the thread id has characters outside A-Z a-z 0-9 - _ . :")
+                    }))
+                }
+            },
+            "/threads/{id}": {
+                "parameters": [ id_param() ],
+                "get": {
+                    "operationId": "getThread",
+                    "summary": "A thread record: status, pending interrupts, last error.",
+                    "responses": with_common(json!({
+                        "200": ok("The thread.", "Thread"),
+                        "400": bad_path,
+                        "404": thread_404
+                    }))
+                },
+                "delete": {
+                    "operationId": "deleteThread",
+                    "summary": "Deletes a thread with its checkpoints.",
+                    "responses": with_common(json!({
+                        "204": { "description": "Deleted." },
+                        "400": bad_path,
+                        "404": thread_404,
+                        "409": busy
+                    }))
+                }
+            },
+            "/threads/{id}/state": {
+                "parameters": [ id_param() ],
+                "get": {
+                    "operationId": "getState",
+                    "summary": "The thread's state at its newest (or the given) checkpoint; `values` is null before the first run.",
+                    "parameters": [
+                        { "name": "checkpoint_id", "in": "query", "required": false, "schema": { "type": "string" } }
+                    ],
+                    "responses": with_common(json!({
+                        "200": ok("The state.", "Snapshot"),
+                        "400": bad_path,
+                        "404": err("No such thread or checkpoint."),
+                        "409": busy,
+                        "500": err("Checkpoint storage failed or holds damaged data.")
+                    }))
+                },
+                "post": {
+                    "operationId": "updateState",
+                    "summary": "Edits the thread's state, as node `as_node` (or as input), writing a new checkpoint.",
+                    "requestBody": body("UpdateState"),
+                    "responses": with_common(json!({
+                        "200": ok("The checkpoint written.", "UpdateStateResult"),
+                        "400": err("The body is not JSON."),
+                        "404": thread_404,
+                        "409": busy,
+                        "413": too_large,
+                        "415": not_json,
+                        "422": err("The values are not a valid update of the workflow's state, or `as_node` is not a node of it."),
+                        "500": err("Checkpoint storage failed.")
+                    }))
+                }
+            },
+            "/threads/{id}/history": {
+                "parameters": [ id_param() ],
+                "get": {
+                    "operationId": "getHistory",
+                    "summary": "The thread's checkpoints, newest first.",
+                    "parameters": [
+                        { "name": "limit", "in": "query", "required": false,
+                          "schema": { "type": "integer", "minimum": 1, "maximum": 100000 } }
+                    ],
+                    "responses": with_common(json!({
+                        "200": ok("History.", "History"),
+                        "400": err("Bad limit or malformed path."),
+                        "404": thread_404,
+                        "409": busy,
+                        "500": err("Checkpoint storage failed or holds damaged data.")
+                    }))
+                }
+            },
+            "/threads/{id}/runs": {
+                "parameters": [ id_param() ],
+                "post": {
+                    "operationId": "createRun",
+                    "summary": "Runs the thread: from `input`, resuming interrupts with `command.resume`, or (neither) continuing. Without `stream`, waits and answers the outcome; with `stream`, answers Server-Sent Events (`event: <kind>`, `data: <json>`) ending with `end` (the outcome) or `error`. Only one run at a time per thread: a second one is refused with 409.",
+                    "requestBody": {
+                        "required": false,
+                        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/RunRequest" } } }
+                    },
+                    "responses": with_common(json!({
+                        "200": {
+                            "description": "The outcome (JSON) or the event stream (`stream: true`).",
+                            "content": {
+                                "application/json": { "schema": { "$ref": "#/components/schemas/RunOutcome" } },
+                                "text/event-stream": { "schema": { "type": "string" } }
+                            }
+                        },
+                        "400": err("The body is not JSON."),
+                        "404": thread_404,
+                        "409": err("`thread_busy`: a run is already in progress on the thread; `no_pending_interrupt`: a resume value was given but nothing waits for one; `nothing_to_continue`: no input and no checkpoint; `workflow_not_loaded`."),
+                        "413": too_large,
+                        "415": not_json,
+                        "422": err("`invalid_input` / `invalid_body`: the input does not fit the workflow's state; `unknown_interrupt`, `ambiguous_resume`, `bad_resume`: the resume value does not fit the pending interrupts; `run_failed`, `step_limit`: the run failed (the thread records the error)."),
+                        "500": err("A node crashed or checkpoint storage failed."),
+                        "503": err("The server is shutting down.")
+                    }))
+                }
+            },
+            "/threads/{id}/events": {
+                "parameters": [ id_param() ],
+                "get": {
+                    "operationId": "threadEvents",
+                    "summary": "Live events of the runs on the thread, as Server-Sent Events: a `thread` event with the record, then `run_start`, each run's events, and `end` or `error`; open until the client leaves or the server stops.",
+                    "responses": with_common(json!({
+                        "200": { "description": "The event stream.", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
+                        "400": bad_path,
+                        "404": thread_404
+                    }))
+                }
+            }
+        },
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": { "type": "http", "scheme": "bearer" }
+            },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message"],
+                            "properties": {
+                                "code": { "type": "string", "description": "Stable code, e.g. thread_not_found, thread_busy, invalid_input, bad_json, payload_too_large, unauthorized." },
+                                "message": { "type": "string" }
+                            }
+                        }
+                    }
+                },
+                "Health": {
+                    "type": "object", "required": ["status"],
+                    "properties": { "status": { "type": "string", "enum": ["ok"] } }
+                },
+                "Interrupt": {
+                    "type": "object",
+                    "required": ["id", "node", "task_id", "value"],
+                    "properties": {
+                        "id": { "type": "string" },
+                        "node": { "type": "string" },
+                        "task_id": { "type": "string" },
+                        "value": { "description": "What the node showed (any JSON)." },
+                        "static_": { "type": "boolean" }
+                    }
+                },
+                "Thread": {
+                    "type": "object",
+                    "required": ["thread_id", "workflow", "status", "active", "created_at_ms", "updated_at_ms", "interrupts", "metadata"],
+                    "properties": {
+                        "thread_id": { "type": "string" },
+                        "workflow": { "type": "string" },
+                        "status": { "type": "string", "enum": ["idle", "running", "interrupted", "done", "failed"] },
+                        "active": { "type": "boolean", "description": "A run is in progress through this server." },
+                        "created_at_ms": { "type": "integer" },
+                        "updated_at_ms": { "type": "integer" },
+                        "last_checkpoint_id": { "type": "string", "nullable": true },
+                        "error": { "type": "string", "nullable": true },
+                        "interrupts": { "type": "array", "items": { "$ref": "#/components/schemas/Interrupt" } },
+                        "metadata": { "type": "object", "additionalProperties": { "type": "string" } }
+                    }
+                },
+                "ThreadList": {
+                    "type": "object", "required": ["threads", "total"],
+                    "properties": {
+                        "threads": { "type": "array", "items": { "$ref": "#/components/schemas/Thread" } },
+                        "total": { "type": "integer", "description": "Matching threads before the limit." }
+                    }
+                },
+                "CreateThread": {
+                    "type": "object",
+                    "required": ["workflow"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "workflow": { "type": "string", "enum": workflows },
+                        "thread_id": { "type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$" },
+                        "metadata": { "type": "object", "additionalProperties": { "type": "string" } }
+                    }
+                },
+                "Snapshot": {
+                    "type": "object",
+                    "required": ["values", "next", "checkpoint_id", "step", "writers", "interrupts"],
+                    "properties": {
+                        "values": { "description": "The state (null before the first run).", "nullable": true },
+                        "next": { "type": "array", "items": { "type": "string" } },
+                        "checkpoint_id": { "type": "string", "nullable": true },
+                        "parent_id": { "type": "string", "nullable": true },
+                        "step": { "type": "integer" },
+                        "source": { "description": "Why it was written: input, loop, update or fork.", "nullable": true },
+                        "writers": { "type": "array", "items": { "type": "string" } },
+                        "created_at_ms": { "type": "integer", "nullable": true },
+                        "interrupts": { "type": "array", "items": { "$ref": "#/components/schemas/Interrupt" } }
+                    }
+                },
+                "History": {
+                    "type": "object", "required": ["history"],
+                    "properties": { "history": { "type": "array", "items": { "$ref": "#/components/schemas/Snapshot" } } }
+                },
+                "UpdateState": {
+                    "type": "object",
+                    "required": ["values"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "values": { "type": "object", "description": "An update of the workflow's state." },
+                        "as_node": { "type": "string", "description": "Apply it as this node (routing continues from it)." }
+                    }
+                },
+                "UpdateStateResult": {
+                    "type": "object", "required": ["thread_id", "checkpoint_id"],
+                    "properties": { "thread_id": { "type": "string" }, "checkpoint_id": { "type": "string" } }
+                },
+                "RunRequest": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {
+                        "input": { "type": "object", "nullable": true, "description": "An update of the workflow's state to start from. Not together with `command`." },
+                        "command": {
+                            "type": "object",
+                            "required": ["resume"],
+                            "additionalProperties": false,
+                            "properties": {
+                                "resume": { "description": "The answer to the single pending interrupt, or an object mapping pending interrupt ids to answers. For `review`: \"approve\", \"reject\" or {\"feedback\": \"...\"}." }
+                            }
+                        },
+                        "stream": { "type": "boolean", "default": false },
+                        "stream_mode": {
+                            "type": "array",
+                            "items": { "type": "string", "enum": ["values", "updates", "custom", "tasks", "debug", "tokens"] },
+                            "description": "Modes to stream (default: values). Interrupt events are always sent."
+                        }
+                    }
+                },
+                "RunOutcome": {
+                    "type": "object",
+                    "required": ["status", "state", "interrupts", "checkpoint_id", "next"],
+                    "properties": {
+                        "status": { "type": "string", "enum": ["done", "interrupted", "drained"] },
+                        "state": { "description": "The workflow's state." },
+                        "interrupts": { "type": "array", "items": { "$ref": "#/components/schemas/Interrupt" } },
+                        "checkpoint_id": { "type": "string" },
+                        "next": { "type": "array", "items": { "type": "string" } },
+                        "thread_id": { "type": "string", "nullable": true }
+                    }
+                },
+                "WorkflowList": {
+                    "type": "object", "required": ["workflows"],
+                    "properties": {
+                        "workflows": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["name", "graph", "description", "nodes", "mermaid", "sample_input"],
+                                "properties": {
+                                    "name": { "type": "string" },
+                                    "graph": { "type": "string" },
+                                    "description": { "type": "string" },
+                                    "nodes": { "type": "array", "items": { "type": "string" } },
+                                    "mermaid": { "type": "string" },
+                                    "sample_input": { "description": "An input that works." }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
