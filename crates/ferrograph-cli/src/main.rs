@@ -165,6 +165,17 @@ enum BenchCommand {
         #[arg(long)]
         runs: Option<usize>,
     },
+    /// Cost per checkpointed step and bytes per step on sled (sync durability): a 10-node
+    /// chain, a 500-message chat, and 64 concurrent chains. `benches/peers/compare_checkpoint.py`
+    /// sets it beside LangGraph's SqliteSaver.
+    Checkpoint {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Shorter measurement.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 /// Everything a command needs: the configuration, the database and the workflows.
@@ -423,12 +434,27 @@ async fn bench_graph(json: bool, quick: bool, runs: Option<usize>) -> Result<()>
 }
 
 async fn main_async(cli: Cli) -> Result<ExitCode> {
-    if let Command::Bench {
-        what: BenchCommand::Graph { json, quick, runs },
-    } = cli.command
-    {
-        bench_graph(json, quick, runs).await?;
-        return Ok(ExitCode::SUCCESS);
+    match cli.command {
+        Command::Bench {
+            what: BenchCommand::Graph { json, quick, runs },
+        } => {
+            bench_graph(json, quick, runs).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Bench {
+            what: BenchCommand::Checkpoint { json, quick },
+        } => {
+            let report = ferrograph_benches::checkpoint::measure_checkpoint(quick)
+                .await
+                .map_err(|e| anyhow::anyhow!("checkpoint benchmark failed: {e}"))?;
+            if json {
+                print::line(serde_json::to_string(&report)?);
+            } else {
+                print::line(serde_json::to_string_pretty(&report)?);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
     }
     let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
     match cli.command {

@@ -104,6 +104,8 @@ pub(crate) struct RunArgs<S: State> {
     pub(crate) thread_info: Option<ThreadInfo>,
     /// Subgraph mode: updates merged before an interrupt, when resuming.
     pub(crate) merged: Vec<S::Update>,
+    /// Where to leave the final frame for the thread's next run.
+    pub(crate) cache: Option<Arc<crate::runner::FrameCache<S>>>,
 }
 
 enum SlotState<S: State> {
@@ -797,7 +799,12 @@ impl<S: State> RunState<S> {
                 checkpoint: commit.frame.checkpoint_id.clone(),
                 source,
             })?;
-            self.args.writer.put(record).await?;
+            if commit.frame.next.is_empty() {
+                // The run ends now; its end flushes this checkpoint.
+                self.args.writer.put_before_flush(record).await?;
+            } else {
+                self.args.writer.put(record).await?;
+            }
         }
         let step = commit.frame.step;
         if let Some(ev) = &self.args.events {
@@ -869,61 +876,93 @@ impl<S: State> RunState<S> {
         Ok(Flow::Next)
     }
 
-    async fn finish(&mut self, end: RunEnd<S>) {
-        let end = match self.args.writer.finish().await {
-            Ok(()) => end,
-            Err(e) => RunEnd::Failed(RunError::Checkpoint(e)),
+    /// The thread record as it should read after `end`.
+    fn thread_record(&self, end: &RunEnd<S>) -> Option<ThreadInfo> {
+        let mut info = self.args.thread_info.clone()?;
+        let (status, error, interrupts, frame_id) = match end {
+            RunEnd::Done { frame, .. } => (
+                ThreadStatus::Done,
+                None,
+                Vec::new(),
+                Some(frame.checkpoint_id.clone()),
+            ),
+            RunEnd::Interrupted {
+                frame, interrupts, ..
+            } => (
+                ThreadStatus::Interrupted,
+                None,
+                interrupts.clone(),
+                Some(frame.checkpoint_id.clone()),
+            ),
+            RunEnd::Drained { frame } => (
+                ThreadStatus::Interrupted,
+                Some("drained at shutdown; continue the thread to finish".to_string()),
+                Vec::new(),
+                Some(frame.checkpoint_id.clone()),
+            ),
+            RunEnd::Parent { .. } => (ThreadStatus::Done, None, Vec::new(), None),
+            RunEnd::Failed(e) => (ThreadStatus::Failed, Some(e.to_string()), Vec::new(), None),
         };
+        info.status = status;
+        info.error = error;
+        info.interrupts = interrupts;
+        info.updated_at_ms = ferrograph_core::id::now_millis();
+        info.last_checkpoint_id = frame_id.or(Some(self.args.frame.checkpoint_id.clone()));
+        Some(info)
+    }
+
+    /// Makes the run's checkpoints durable and records the thread's status. In sync mode the
+    /// status and the last checkpoint share one flush; otherwise the status is written only
+    /// after every checkpoint is durable, so it never claims more than the disk holds.
+    async fn finish(&mut self, mut end: RunEnd<S>) {
+        let saver = self.args.saver.clone();
+        let sync = self.args.writer.is_sync();
+        if let (true, Some(saver), Some(info)) = (sync, saver.as_ref(), self.thread_record(&end)) {
+            if let Err(e) = saver.put_thread(info).await {
+                tracing::error!(error = %e, "could not record the thread status");
+            }
+            self.args.writer.mark_dirty();
+        }
+        if let Err(e) = self.args.writer.finish().await {
+            end = RunEnd::Failed(RunError::Checkpoint(e));
+            if let (true, Some(saver), Some(info)) =
+                (sync, saver.as_ref(), self.thread_record(&end))
+            {
+                let _ = saver.put_thread(info).await;
+                let _ = saver.flush().await;
+            }
+        }
+        if !sync {
+            if let (Some(saver), Some(info)) = (saver.as_ref(), self.thread_record(&end)) {
+                let result = match saver.put_thread(info).await {
+                    Ok(()) => saver.flush().await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "could not record the thread status");
+                }
+            }
+        }
+        if let (Some(cache), Some(thread)) = (&self.args.cache, &self.args.thread_id) {
+            match &end {
+                RunEnd::Done { frame, .. }
+                | RunEnd::Interrupted { frame, .. }
+                | RunEnd::Drained { frame } => cache.put(thread, frame.clone(), self.args.stats),
+                _ => cache.forget(thread),
+            }
+        }
         tracing::debug!(
             graph = self.args.graph.name(),
             steps = self.steps_run,
             elapsed = ?self.started.elapsed(),
             "run finished"
         );
-        if let (Some(saver), Some(mut info)) =
-            (self.args.saver.clone(), self.args.thread_info.take())
-        {
-            let (status, error, interrupts, frame_id) = match &end {
-                RunEnd::Done { frame, .. } => (
-                    ThreadStatus::Done,
-                    None,
-                    Vec::new(),
-                    Some(frame.checkpoint_id.clone()),
-                ),
-                RunEnd::Interrupted {
-                    frame, interrupts, ..
-                } => (
-                    ThreadStatus::Interrupted,
-                    None,
-                    interrupts.clone(),
-                    Some(frame.checkpoint_id.clone()),
-                ),
-                RunEnd::Drained { frame } => (
-                    ThreadStatus::Interrupted,
-                    Some("drained at shutdown; continue the thread to finish".to_string()),
-                    Vec::new(),
-                    Some(frame.checkpoint_id.clone()),
-                ),
-                RunEnd::Parent { .. } => (ThreadStatus::Done, None, Vec::new(), None),
-                RunEnd::Failed(e) => (ThreadStatus::Failed, Some(e.to_string()), Vec::new(), None),
-            };
-            info.status = status;
-            info.error = error;
-            info.interrupts = interrupts;
-            info.updated_at_ms = ferrograph_core::id::now_millis();
-            info.last_checkpoint_id = frame_id.or(Some(self.args.frame.checkpoint_id.clone()));
-            let result = match saver.put_thread(info).await {
-                Ok(()) => saver.flush().await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                tracing::error!(error = %e, "could not record the thread status");
-            }
-        }
+        // Release the thread before answering, so that a caller can start the next run on it
+        // as soon as it has this one's result.
+        self.args.guard.take();
         if let Some(done) = self.done.take() {
             let _ = done.send(end);
         }
-        self.args.guard.take();
     }
 }
 

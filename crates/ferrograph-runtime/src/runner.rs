@@ -152,12 +152,49 @@ impl<S: State> Outcome<S> {
     }
 }
 
+/// The newest frame of recently run threads, so that the next run of a thread does not replay
+/// its deltas from storage. An entry is used only while it is still the thread's newest
+/// checkpoint in the saver (checked by id on every run), so edits from elsewhere (another
+/// process, `update_state`, `fork`, `prune`) are never masked.
+pub(crate) struct FrameCache<S: State> {
+    frames: parking_lot::Mutex<std::collections::HashMap<String, (Frame<S>, ChainStats)>>,
+}
+
+const FRAME_CACHE_CAPACITY: usize = 4096;
+
+impl<S: State> FrameCache<S> {
+    fn new() -> Self {
+        FrameCache {
+            frames: parking_lot::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    pub(crate) fn put(&self, thread: &str, frame: Frame<S>, stats: ChainStats) {
+        let mut frames = self.frames.lock();
+        if frames.len() >= FRAME_CACHE_CAPACITY && !frames.contains_key(thread) {
+            frames.clear();
+        }
+        frames.insert(thread.to_string(), (frame, stats));
+    }
+
+    pub(crate) fn forget(&self, thread: &str) {
+        self.frames.lock().remove(thread);
+    }
+
+    fn get_if_newest(&self, thread: &str, newest: &str) -> Option<(Frame<S>, ChainStats)> {
+        let frames = self.frames.lock();
+        let (frame, stats) = frames.get(thread)?;
+        (frame.checkpoint_id == newest).then(|| (frame.clone(), *stats))
+    }
+}
+
 /// A compiled graph loaded into a [`Runtime`], optionally with a checkpointer.
 pub struct GraphRunner<S: State> {
     runtime: Runtime,
     graph: CompiledGraph<S>,
     pool: Arc<AgentPool<S>>,
     saver: Option<Arc<dyn CheckpointSaver>>,
+    cache: Arc<FrameCache<S>>,
 }
 
 impl<S: State> Clone for GraphRunner<S> {
@@ -167,6 +204,7 @@ impl<S: State> Clone for GraphRunner<S> {
             graph: self.graph.clone(),
             pool: self.pool.clone(),
             saver: self.saver.clone(),
+            cache: self.cache.clone(),
         }
     }
 }
@@ -182,6 +220,7 @@ impl<S: State> GraphRunner<S> {
             graph,
             pool,
             saver: None,
+            cache: Arc::new(FrameCache::new()),
         }
     }
 
@@ -189,6 +228,7 @@ impl<S: State> GraphRunner<S> {
     #[must_use]
     pub fn with_checkpointer(mut self, saver: Arc<dyn CheckpointSaver>) -> Self {
         self.saver = Some(saver);
+        self.cache = Arc::new(FrameCache::new());
         self
     }
 
@@ -259,7 +299,18 @@ impl<S: State> GraphRunner<S> {
         let mut base: Option<Frame<S>> = None;
         let mut thread_info = None;
         if let (Some(s), Some(t)) = (&saver, &thread) {
-            if let Some(loaded) =
+            let cached = match &config.checkpoint_id {
+                None => match s.get(t, None).await? {
+                    Some(newest) => self.cache.get_if_newest(t, &newest.checkpoint_id),
+                    None => None,
+                },
+                Some(_) => None,
+            };
+            if let Some((frame, cached_stats)) = cached {
+                pending = s.get_writes(t, &frame.checkpoint_id).await?;
+                stats = cached_stats;
+                base = Some(frame);
+            } else if let Some(loaded) =
                 load_checkpoint::<S>(s.as_ref(), t, config.checkpoint_id.as_deref()).await?
             {
                 let is_latest = match &config.checkpoint_id {
@@ -309,7 +360,7 @@ impl<S: State> GraphRunner<S> {
                             source,
                         }
                     })?;
-                    writer.put(record).await?;
+                    writer.put_before_flush(record).await?;
                 }
                 commit.frame
             }
@@ -357,6 +408,7 @@ impl<S: State> GraphRunner<S> {
             saver,
             thread_info,
             merged: Vec::new(),
+            cache: Some(self.cache.clone()),
         };
         self.pool.start_run(args).await?;
         Ok(Outcome {

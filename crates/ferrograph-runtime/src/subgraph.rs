@@ -99,6 +99,7 @@ pub(crate) async fn run_subgraph<S: State>(
         saver: None,
         thread_info: None,
         merged,
+        cache: None,
     };
     let pool_for_run = args.pool.clone();
     if let Err(e) = pool_for_run.start_run(args).await {
