@@ -16,3 +16,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+echo "== browser test of the web console (headless chromium)"
+bash scripts/browser-test.sh
+
+echo "== API fuzzing (schemathesis against /openapi.json)"
+bash scripts/fuzz-api.sh

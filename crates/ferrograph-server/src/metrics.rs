@@ -368,3 +368,41 @@ impl Metrics {
         o
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn runs_are_rendered_in_the_text_format() {
+        let m = Metrics::new();
+        let mut t = RunTracker::default();
+        t.observe("task_start", &json!({"node": "a", "step": 1}));
+        t.observe(
+            "task_end",
+            &json!({"node": "a", "step": 1, "duration_ms": 2.0, "outcome": "ok"}),
+        );
+        t.observe(
+            "tool",
+            &json!({"node": "a", "event": {"event": "tool_end", "tool": "t\"x", "status": "error"}}),
+        );
+        t.observe("token", &json!({"node": "a", "model": "m", "text": "x"}));
+        m.record_run("wf", "done", t, Duration::from_millis(10));
+        let text = m.render(&BTreeMap::from([("done".to_string(), 1)]), 2, 0);
+        for needle in [
+            "ferrograph_runs_total{workflow=\"wf\",status=\"done\"} 1",
+            "ferrograph_steps_total{workflow=\"wf\"} 1",
+            "ferrograph_node_duration_seconds_bucket{workflow=\"wf\",node=\"a\",le=\"0.001\"} 0",
+            "ferrograph_node_duration_seconds_bucket{workflow=\"wf\",node=\"a\",le=\"0.005\"} 1",
+            "ferrograph_node_duration_seconds_count{workflow=\"wf\",node=\"a\"} 1",
+            "ferrograph_tool_executions_total{tool=\"t\\\"x\",status=\"error\"} 1",
+            "ferrograph_tokens_generated_total{model=\"m\"} 1",
+            "ferrograph_tokens_per_second{model=\"m\"} 100",
+            "ferrograph_interrupts_pending 2",
+            "ferrograph_threads{status=\"done\"} 1",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

@@ -114,7 +114,18 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                     "summary": "Creates a thread of a workflow (status `idle` until its first run).",
                     "requestBody": body("CreateThread"),
                     "responses": with_common(json!({
-                        "201": ok("The new thread.", "Thread"),
+                        "201": {
+                            "description": "The new thread.",
+                            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Thread" } } },
+                            "links": {
+                                "GetThread": { "operationId": "getThread", "parameters": { "id": "$response.body#/thread_id" } },
+                                "CreateRun": { "operationId": "createRun", "parameters": { "id": "$response.body#/thread_id" } },
+                                "GetState": { "operationId": "getState", "parameters": { "id": "$response.body#/thread_id" } },
+                                "UpdateState": { "operationId": "updateState", "parameters": { "id": "$response.body#/thread_id" } },
+                                "GetHistory": { "operationId": "getHistory", "parameters": { "id": "$response.body#/thread_id" } },
+                                "DeleteThread": { "operationId": "deleteThread", "parameters": { "id": "$response.body#/thread_id" } }
+                            }
+                        },
                         "400": err("The body is not JSON."),
                         "404": err("No such workflow."),
                         "409": err("A thread with this id exists."),
@@ -210,7 +221,7 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                             "description": "The outcome (JSON) or the event stream (`stream: true`).",
                             "content": {
                                 "application/json": { "schema": { "$ref": "#/components/schemas/RunOutcome" } },
-                                "text/event-stream": { "schema": { "type": "string" } }
+                                "text/event-stream": { "schema": { "$ref": "#/components/schemas/SseEvent" } }
                             }
                         },
                         "400": err("The body is not JSON."),
@@ -230,7 +241,7 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                     "operationId": "threadEvents",
                     "summary": "Live events of the runs on the thread, as Server-Sent Events: a `thread` event with the record, then `run_start`, each run's events, and `end` or `error`; open until the client leaves or the server stops.",
                     "responses": with_common(json!({
-                        "200": { "description": "The event stream.", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
+                        "200": { "description": "The event stream.", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/SseEvent" } } } },
                         "400": bad_path,
                         "404": thread_404
                     }))
@@ -254,6 +265,17 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                                 "message": { "type": "string" }
                             }
                         }
+                    }
+                },
+                "SseEvent": {
+                    "type": "object",
+                    "description": "One Server-Sent Event: `event` is its kind, `data` its JSON payload as text.",
+                    "required": ["data"],
+                    "properties": {
+                        "event": { "type": "string" },
+                        "data": { "type": "string" },
+                        "id": { "type": "string" },
+                        "retry": { "type": "integer" }
                     }
                 },
                 "Health": {
