@@ -13,7 +13,7 @@ if [ ! -x /usr/bin/chromium ]; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 fi
-/usr/bin/chromium --version
+/usr/bin/chromium --version 2>/dev/null
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "== installing nodejs and npm (apt)"
