@@ -1,0 +1,806 @@
+//! The synchronous inference engine: a loaded GGUF model, its tokenizer and chat template, and
+//! the generation loop (prefill, sampling, incremental detokenization, stop handling, prompt
+//! prefix reuse). The model actor owns one engine; nothing here is shared across threads
+//! except the immutable [`Shared`] part.
+
+use crate::error::LlmError;
+use crate::options::{GenerateOptions, LoadOptions};
+use crate::sampling::Sampler;
+use crate::template::ChatTemplate;
+use crate::tokenizer::{tokenizer_from_file, tokenizer_from_gguf, SpecialTokens};
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::{
+    quantized_gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
+};
+use ferrograph_core::message::Message;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokenizers::Tokenizer;
+
+/// Architectures (`general.architecture`) this backend can run. Llama-family models (SmolLM2,
+/// Llama 2/3, Mistral) use `llama`.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "phi3", "gemma3"];
+
+/// What is known about a loaded model.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// Display name (the file stem).
+    pub name: String,
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// `general.architecture`.
+    pub architecture: String,
+    /// Largest context a call may use with this load (the model's, capped by the load options
+    /// and the backend's rotary table).
+    pub context_length: usize,
+    /// Vocabulary size, added tokens included.
+    pub vocab_size: usize,
+    /// How long loading took.
+    pub load_time: Duration,
+}
+
+/// The parts of a model that are immutable after loading and may be used from any thread.
+#[derive(Debug)]
+pub struct Shared {
+    /// Model facts.
+    pub info: ModelInfo,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Special token ids.
+    pub specials: SpecialTokens,
+    /// The chat template.
+    pub template: ChatTemplate,
+}
+
+impl Shared {
+    /// Token ids of `text`; special-token strings in it are recognized.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
+        let enc = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| LlmError::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of `ids`, optionally with special tokens.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, LlmError> {
+        self.tokenizer
+            .decode(ids, skip_special)
+            .map_err(|e| LlmError::Tokenizer(e.to_string()))
+    }
+
+    /// The prompt tokens for `messages` and, when the conversation starts with a system
+    /// message, how many of them encode that message alone (a prefix worth caching).
+    pub fn chat_prompt(
+        &self,
+        messages: &[Message],
+        tools: Option<&[serde_json::Value]>,
+        assistant_prefix: &str,
+    ) -> Result<(Vec<u32>, Option<usize>), LlmError> {
+        let mut text = self.template.render(messages, tools, true)?;
+        text.push_str(assistant_prefix);
+        let mut ids = Vec::new();
+        if self.specials.add_bos && !text.starts_with(&self.specials.bos_text) {
+            if let Some(bos) = self.specials.bos {
+                ids.push(bos);
+            }
+        }
+        ids.extend(self.encode(&text)?);
+        let mut hint = None;
+        if messages.len() > 1 && tools.is_none() {
+            if let Ok(prefix) = self.template.render(&messages[..1], None, false) {
+                if !prefix.is_empty() && text.starts_with(&prefix) {
+                    let offset = ids.len() - self.encode(&text)?.len();
+                    let p = self.encode(&prefix)?;
+                    if ids[offset..].starts_with(&p) {
+                        hint = Some(offset + p.len());
+                    }
+                }
+            }
+        }
+        Ok((ids, hint))
+    }
+}
+
+enum Weights {
+    Llama(quantized_llama::ModelWeights),
+    Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
+    Phi3(quantized_phi3::ModelWeights),
+    Gemma3(quantized_gemma3::ModelWeights),
+}
+
+impl Weights {
+    fn forward(&mut self, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Weights::Llama(m) => m.forward(x, pos),
+            Weights::Qwen2(m) => m.forward(x, pos),
+            Weights::Qwen3(m) => m.forward(x, pos),
+            Weights::Phi3(m) => m.forward(x, pos),
+            Weights::Gemma3(m) => m.forward(x, pos),
+        }
+    }
+
+    /// Forgets the KV cache.
+    fn reset(&mut self) {
+        match self {
+            Weights::Llama(m) => m.clear_kv_cache(),
+            Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Qwen3(m) => m.clear_kv_cache(),
+            // These reset their cache on a forward at position 0.
+            Weights::Phi3(_) | Weights::Gemma3(_) => {}
+        }
+    }
+
+    /// A copy sharing the weights (cheap: tensors are reference counted), when the backend
+    /// model can be cloned.
+    fn try_clone(&self) -> Option<Weights> {
+        match self {
+            Weights::Llama(m) => Some(Weights::Llama(m.clone())),
+            Weights::Qwen3(m) => Some(Weights::Qwen3(m.clone())),
+            Weights::Phi3(m) => Some(Weights::Phi3(m.clone())),
+            Weights::Gemma3(m) => Some(Weights::Gemma3(m.clone())),
+            Weights::Qwen2(_) => None,
+        }
+    }
+
+    /// Whether a clone is an independent snapshot of the KV cache (caches built by
+    /// concatenation are; preallocated ones may share storage).
+    fn snapshots(&self) -> bool {
+        matches!(
+            self,
+            Weights::Llama(_) | Weights::Phi3(_) | Weights::Gemma3(_)
+        )
+    }
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or `max_context` was reached.
+    Length,
+    /// The caller went away.
+    Cancelled,
+}
+
+impl FinishReason {
+    /// The OpenAI-style name (`stop`, `length`, `cancelled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The result of one generation.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// Generated text (special tokens and the stop string excluded).
+    pub text: String,
+    /// Generated token ids (the stop token excluded).
+    pub tokens: Vec<u32>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from a cached prefix.
+    pub cached_prompt_tokens: usize,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Time to compute the prompt (prefill).
+    pub prefill_time: Duration,
+    /// Time from the start of the call to the first sampled token.
+    pub time_to_first_token: Duration,
+    /// Time spent generating after the first token.
+    pub decode_time: Duration,
+}
+
+struct PrefixEntry {
+    tokens: Vec<u32>,
+    weights: Weights,
+    last_used: u64,
+}
+
+/// A loaded model with its generation loop. Not `Sync`: owned by one actor.
+pub struct Engine {
+    shared: std::sync::Arc<Shared>,
+    /// The model without any KV cache; `None` only while a non-clonable model is lent out to
+    /// a generation.
+    base: Option<Weights>,
+    device: Device,
+    prefixes: Vec<PrefixEntry>,
+    max_prefixes: usize,
+    clock: u64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("model", &self.shared.info.name)
+            .finish()
+    }
+}
+
+fn read_content(path: &Path, file: &mut std::fs::File) -> Result<gguf_file::Content, LlmError> {
+    let mut magic = [0u8; 4];
+    file.read_exact(&mut magic)
+        .map_err(|e| LlmError::invalid(path, format!("cannot read header: {e}")))?;
+    if &magic != b"GGUF" {
+        return Err(LlmError::invalid(path, "not a GGUF file (bad magic)"));
+    }
+    file.seek(SeekFrom::Start(0))
+        .map_err(|source| LlmError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    // The reader validates lengths, but a malformed file must never take the process down.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        gguf_file::Content::read(file)
+    }))
+    .map_err(|_| LlmError::invalid(path, "GGUF reader panicked on malformed input"))?
+    .map_err(|e| LlmError::invalid(path, format!("malformed GGUF: {e}")))
+}
+
+fn md_str(ct: &gguf_file::Content, key: &str) -> Option<String> {
+    ct.metadata
+        .get(key)
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+}
+
+fn md_usize(ct: &gguf_file::Content, key: &str) -> Option<usize> {
+    let v = ct.metadata.get(key)?;
+    v.to_u32()
+        .map(|x| x as usize)
+        .or_else(|_| v.to_u64().map(|x| x as usize))
+        .ok()
+}
+
+/// The manifest name for a model path, for "fetch it with ..." messages.
+fn fetch_name(path: &Path) -> String {
+    crate::manifest::name_for_path(path).unwrap_or_else(|| {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    })
+}
+
+impl Engine {
+    /// Loads a GGUF model. Errors are typed: a missing file names the fetch command, a
+    /// malformed one is [`LlmError::InvalidModel`], an unknown architecture lists the supported
+    /// ones.
+    pub fn load(path: &Path, options: &LoadOptions) -> Result<Self, LlmError> {
+        let start = Instant::now();
+        if !path.exists() {
+            return Err(LlmError::ModelMissing {
+                path: path.to_path_buf(),
+                name: fetch_name(path),
+            });
+        }
+        let mut file = std::fs::File::open(path).map_err(|source| LlmError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut ct = read_content(path, &mut file)?;
+        let arch = md_str(&ct, "general.architecture")
+            .ok_or_else(|| LlmError::invalid(path, "no general.architecture"))?;
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+            return Err(LlmError::UnsupportedArchitecture {
+                architecture: arch,
+                path: path.to_path_buf(),
+                supported: SUPPORTED_ARCHITECTURES.join(", "),
+            });
+        }
+        let model_ctx = md_usize(&ct, &format!("{arch}.context_length")).unwrap_or(4096);
+        let mut context_length = model_ctx.min(options.max_context.max(1));
+        match arch.as_str() {
+            "llama" => context_length = context_length.min(quantized_llama::MAX_SEQ_LEN),
+            "qwen2" | "qwen3" | "phi3" => {
+                // These size their rotary tables by the metadata's context length: cap it at
+                // what this load can use.
+                ct.metadata.insert(
+                    format!("{arch}.context_length"),
+                    gguf_file::Value::U32(context_length as u32),
+                );
+            }
+            _ => {}
+        }
+
+        let (tokenizer, specials) = if ct.metadata.contains_key("tokenizer.ggml.tokens") {
+            tokenizer_from_gguf(&ct, path)?
+        } else {
+            let beside = path.with_file_name("tokenizer.json");
+            if !beside.exists() {
+                return Err(LlmError::invalid(
+                    path,
+                    "no tokenizer in the GGUF metadata and no tokenizer.json beside it",
+                ));
+            }
+            (tokenizer_from_file(&beside)?, SpecialTokens::default())
+        };
+        let template = match md_str(&ct, "tokenizer.chat_template") {
+            Some(src) => ChatTemplate::new(&src, &specials.bos_text, &specials.eos_text)?,
+            None => ChatTemplate::fallback(&arch, &specials.bos_text, &specials.eos_text)?,
+        };
+
+        let device = options.device.device()?;
+        let bad = |e: candle_core::Error| LlmError::invalid(path, e);
+        let weights =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match arch.as_str() {
+                "llama" => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device)
+                    .map(Weights::Llama),
+                "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &device)
+                    .map(Weights::Qwen2),
+                "qwen3" => quantized_qwen3::ModelWeights::from_gguf(ct, &mut file, &device)
+                    .map(Weights::Qwen3),
+                "phi3" => quantized_phi3::ModelWeights::from_gguf(false, ct, &mut file, &device)
+                    .map(Weights::Phi3),
+                _ => quantized_gemma3::ModelWeights::from_gguf(ct, &mut file, &device)
+                    .map(Weights::Gemma3),
+            }))
+            .map_err(|_| LlmError::invalid(path, "model loader panicked on malformed input"))?
+            .map_err(bad)?;
+
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let info = ModelInfo {
+            name,
+            path: path.to_path_buf(),
+            architecture: arch,
+            context_length,
+            vocab_size: tokenizer.get_vocab_size(true),
+            load_time: start.elapsed(),
+        };
+        tracing::info!(model = %info.name, arch = %info.architecture, ms = info.load_time.as_millis() as u64, "model loaded");
+        Ok(Engine {
+            shared: std::sync::Arc::new(Shared {
+                info,
+                tokenizer,
+                specials,
+                template,
+            }),
+            base: Some(weights),
+            device,
+            prefixes: Vec::new(),
+            max_prefixes: options.prefix_cache_entries,
+            clock: 0,
+        })
+    }
+
+    /// The immutable part (tokenizer, template, info).
+    pub fn shared(&self) -> std::sync::Arc<Shared> {
+        self.shared.clone()
+    }
+
+    fn logits(&self, w: &mut Weights, tokens: &[u32], pos: usize) -> Result<Vec<f32>, LlmError> {
+        let x = Tensor::new(tokens, &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(LlmError::backend)?;
+        let out = w.forward(&x, pos).map_err(LlmError::backend)?;
+        let flat = out
+            .flatten_all()
+            .and_then(|t| t.to_dtype(candle_core::DType::F32))
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(LlmError::backend)?;
+        // Some architectures return logits for every position: keep the last row.
+        let vocab = out.dims().last().copied().unwrap_or(flat.len());
+        Ok(flat[flat.len().saturating_sub(vocab)..].to_vec())
+    }
+
+    fn remember(&mut self, tokens: Vec<u32>, weights: &Weights) {
+        if self.max_prefixes == 0 || !weights.snapshots() || tokens.is_empty() {
+            return;
+        }
+        let Some(snapshot) = weights.try_clone() else {
+            return;
+        };
+        self.clock += 1;
+        if let Some(e) = self.prefixes.iter_mut().find(|e| e.tokens == tokens) {
+            e.last_used = self.clock;
+            return;
+        }
+        if self.prefixes.len() >= self.max_prefixes {
+            if let Some(oldest) = self
+                .prefixes
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(i, _)| i)
+            {
+                self.prefixes.swap_remove(oldest);
+            }
+        }
+        self.prefixes.push(PrefixEntry {
+            tokens,
+            weights: snapshot,
+            last_used: self.clock,
+        });
+    }
+
+    /// Weights to start from for `prompt`: a cached snapshot of its longest known prefix (at
+    /// least one token must remain to compute), or the fresh model. The flag says the base
+    /// model itself was lent out and must be given back with [`Engine::give_back`].
+    fn start_state(&mut self, prompt: &[u32]) -> Result<(Weights, usize, bool), LlmError> {
+        self.clock += 1;
+        let clock = self.clock;
+        let best = self
+            .prefixes
+            .iter_mut()
+            .filter(|e| e.tokens.len() < prompt.len() && prompt.starts_with(&e.tokens))
+            .max_by_key(|e| e.tokens.len());
+        if let Some(e) = best {
+            if let Some(w) = e.weights.try_clone() {
+                e.last_used = clock;
+                return Ok((w, e.tokens.len(), false));
+            }
+        }
+        let base = self
+            .base
+            .as_ref()
+            .ok_or_else(|| LlmError::Backend("model weights were lost after a panic".into()))?;
+        if let Some(mut w) = base.try_clone() {
+            w.reset();
+            return Ok((w, 0, false));
+        }
+        let mut w = self
+            .base
+            .take()
+            .ok_or_else(|| LlmError::Backend("model weights were lost after a panic".into()))?;
+        w.reset();
+        Ok((w, 0, true))
+    }
+
+    fn give_back(&mut self, mut w: Weights, lent: bool) {
+        if lent {
+            w.reset();
+            self.base = Some(w);
+        }
+    }
+
+    /// Generates a continuation of `prompt`. `on_piece` receives text pieces as they are
+    /// final (they concatenate to the result's text); `cancelled` is polled between tokens.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        prefix_hint: Option<usize>,
+        options: &GenerateOptions,
+        on_piece: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Generation, LlmError> {
+        options.validate()?;
+        let started = Instant::now();
+        let max_ctx = options.max_context.min(self.shared.info.context_length);
+        if prompt.is_empty() {
+            return Err(LlmError::Validation("empty prompt".into()));
+        }
+        if prompt.len() >= max_ctx {
+            return Err(LlmError::Validation(format!(
+                "prompt of {} tokens does not fit max_context {max_ctx}",
+                prompt.len()
+            )));
+        }
+        let (mut w, cached, lent) = self.start_state(prompt)?;
+        let result = self.generate_from(
+            &mut w,
+            cached,
+            prompt,
+            prefix_hint,
+            options,
+            max_ctx,
+            on_piece,
+            cancelled,
+            started,
+        );
+        self.give_back(w, lent);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn generate_from(
+        &mut self,
+        w: &mut Weights,
+        cached: usize,
+        prompt: &[u32],
+        prefix_hint: Option<usize>,
+        options: &GenerateOptions,
+        max_ctx: usize,
+        on_piece: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
+        started: Instant,
+    ) -> Result<Generation, LlmError> {
+        let mut pos = cached;
+        // Prefill, in two chunks when a cacheable prefix (the system prompt) ends inside it.
+        let mut logits = Vec::new();
+        if let Some(h) = prefix_hint.filter(|h| *h > pos && *h < prompt.len()) {
+            self.logits(w, &prompt[pos..h], pos)?;
+            pos = h;
+            self.remember(prompt[..h].to_vec(), w);
+        }
+        if pos < prompt.len() {
+            logits = self.logits(w, &prompt[pos..], pos)?;
+            pos = prompt.len();
+        }
+        let prefill_time = started.elapsed();
+        self.remember(prompt.to_vec(), w);
+
+        let shared = self.shared.clone();
+        let mut sampler = Sampler::new(options);
+        let mut history: Vec<u32> = prompt.to_vec();
+        let mut detok = Detokenizer::default();
+        let mut stops = StopFilter::new(&options.stop);
+        let mut generated: Vec<u32> = Vec::new();
+        let mut ttft = None;
+        let mut finish = FinishReason::Length;
+        let decode_start = Instant::now();
+        while generated.len() < options.max_tokens {
+            if cancelled() {
+                finish = FinishReason::Cancelled;
+                break;
+            }
+            let tok = sampler.sample(&mut logits, &history);
+            if ttft.is_none() {
+                ttft = Some(started.elapsed());
+            }
+            if shared.specials.stop_ids.contains(&tok) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            generated.push(tok);
+            history.push(tok);
+            if let Some(piece) = detok.push(&shared, tok)? {
+                if stops.push(&piece, on_piece) {
+                    finish = FinishReason::Stop;
+                    break;
+                }
+            }
+            if generated.len() >= options.max_tokens || pos + 1 >= max_ctx {
+                break;
+            }
+            logits = self.logits(w, &[tok], pos)?;
+            pos += 1;
+        }
+        if finish != FinishReason::Stop {
+            if let Some(rest) = detok.flush(&shared)? {
+                if stops.push(&rest, on_piece) {
+                    finish = FinishReason::Stop;
+                }
+            }
+        }
+        if finish != FinishReason::Stop {
+            stops.flush(on_piece);
+        }
+        // The cache now holds the prompt and every generated token but the last: a follow-up
+        // turn that repeats this exchange starts from here.
+        if generated.len() > 1 && finish != FinishReason::Cancelled {
+            let mut seq = prompt.to_vec();
+            seq.extend_from_slice(&generated[..generated.len() - 1]);
+            if seq.len() == pos {
+                self.remember(seq, w);
+            }
+        }
+        Ok(Generation {
+            text: stops.into_text(),
+            tokens: generated,
+            prompt_tokens: prompt.len(),
+            cached_prompt_tokens: cached,
+            finish_reason: finish,
+            prefill_time,
+            time_to_first_token: ttft.unwrap_or_else(|| started.elapsed()),
+            decode_time: decode_start.elapsed(),
+        })
+    }
+
+    /// Runs the raw forward pass for benchmarks: prefill `prompt`, then `n` greedy decode
+    /// steps that ignore end-of-sequence. Returns (prefill, first token, decode) durations.
+    pub fn bench_forward(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+    ) -> Result<(Duration, Duration, Duration), LlmError> {
+        let start = Instant::now();
+        self.prefixes.clear();
+        let (mut w, _, lent) = self.start_state(prompt)?;
+        let result = self.bench_from(&mut w, prompt, n, start);
+        self.give_back(w, lent);
+        result
+    }
+
+    fn bench_from(
+        &mut self,
+        w: &mut Weights,
+        prompt: &[u32],
+        n: usize,
+        start: Instant,
+    ) -> Result<(Duration, Duration, Duration), LlmError> {
+        let mut logits = self.logits(w, prompt, 0)?;
+        let prefill = start.elapsed();
+        let mut tok = crate::sampling::argmax(&logits);
+        let ttft = start.elapsed();
+        let t = Instant::now();
+        for pos in prompt.len()..prompt.len() + n {
+            logits = self.logits(w, &[tok], pos)?;
+            tok = crate::sampling::argmax(&logits);
+        }
+        Ok((prefill, ttft, t.elapsed()))
+    }
+}
+
+/// Turns tokens into text pieces without splitting multi-byte characters.
+#[derive(Default)]
+struct Detokenizer {
+    ids: Vec<u32>,
+    prev: usize,
+    cur: usize,
+}
+
+impl Detokenizer {
+    fn push(&mut self, shared: &Shared, tok: u32) -> Result<Option<String>, LlmError> {
+        let before = shared.decode(&self.ids[self.prev..self.cur], true)?;
+        self.ids.push(tok);
+        let text = shared.decode(&self.ids[self.prev..], true)?;
+        if text.len() > before.len() && !text.ends_with('\u{FFFD}') && text.starts_with(&before) {
+            let piece = text[before.len()..].to_string();
+            self.prev = self.cur;
+            self.cur = self.ids.len();
+            Ok(Some(piece))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn flush(&mut self, shared: &Shared) -> Result<Option<String>, LlmError> {
+        let before = shared.decode(&self.ids[self.prev..self.cur], true)?;
+        let text = shared.decode(&self.ids[self.prev..], true)?;
+        self.prev = self.ids.len();
+        self.cur = self.ids.len();
+        Ok(text
+            .strip_prefix(before.as_str())
+            .filter(|r| !r.is_empty())
+            .map(str::to_string))
+    }
+}
+
+/// Applies stop strings to streamed text: text that may be the start of a stop string is held
+/// back until it is known not to be.
+struct StopFilter {
+    stops: Vec<String>,
+    text: String,
+    emitted: usize,
+    stopped: bool,
+}
+
+impl StopFilter {
+    fn new(stops: &[String]) -> Self {
+        StopFilter {
+            stops: stops.to_vec(),
+            text: String::new(),
+            emitted: 0,
+            stopped: false,
+        }
+    }
+
+    /// Adds a piece; returns true when a stop string was reached.
+    fn push(&mut self, piece: &str, out: &mut dyn FnMut(&str)) -> bool {
+        if self.stopped {
+            return true;
+        }
+        let search_from = self
+            .emitted
+            .saturating_sub(self.stops.iter().map(String::len).max().unwrap_or(0));
+        self.text.push_str(piece);
+        let hit = self
+            .stops
+            .iter()
+            .filter_map(|s| {
+                let from = floor_char_boundary(&self.text, search_from);
+                self.text[from..].find(s.as_str()).map(|i| from + i)
+            })
+            .min();
+        if let Some(at) = hit {
+            let at = at.max(self.emitted);
+            if at > self.emitted {
+                out(&self.text[self.emitted..at]);
+            }
+            self.text.truncate(at);
+            self.emitted = at;
+            self.stopped = true;
+            return true;
+        }
+        let hold = self
+            .stops
+            .iter()
+            .map(|s| partial_suffix(&self.text, s))
+            .max()
+            .unwrap_or(0);
+        let upto = self.text.len() - hold;
+        if upto > self.emitted {
+            out(&self.text[self.emitted..upto]);
+            self.emitted = upto;
+        }
+        false
+    }
+
+    fn flush(&mut self, out: &mut dyn FnMut(&str)) {
+        if self.text.len() > self.emitted {
+            out(&self.text[self.emitted..]);
+            self.emitted = self.text.len();
+        }
+    }
+
+    fn into_text(self) -> String {
+        let mut t = self.text;
+        t.truncate(self.emitted);
+        t
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Length of the longest proper prefix of `stop` that `text` ends with.
+fn partial_suffix(text: &str, stop: &str) -> usize {
+    let mut best = 0;
+    for (i, _) in stop.char_indices().skip(1) {
+        if text.ends_with(&stop[..i]) {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], pieces: &[&str]) -> (String, Vec<String>, bool) {
+        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+        let mut f = StopFilter::new(&stops);
+        let mut out = Vec::new();
+        let mut hit = false;
+        for p in pieces {
+            if f.push(p, &mut |s| out.push(s.to_string())) {
+                hit = true;
+                break;
+            }
+        }
+        if !hit {
+            f.flush(&mut |s| out.push(s.to_string()));
+        }
+        (f.into_text(), out, hit)
+    }
+
+    #[test]
+    fn stop_string_across_pieces() {
+        let (text, out, hit) = run(&["END"], &["hello E", "N", "D more"]);
+        assert!(hit);
+        assert_eq!(text, "hello ");
+        assert_eq!(out.concat(), text);
+    }
+
+    #[test]
+    fn held_back_text_is_released() {
+        let (text, out, hit) = run(&["END"], &["hello E", "x"]);
+        assert!(!hit);
+        assert_eq!(text, "hello Ex");
+        assert_eq!(out.concat(), text);
+        assert_eq!(out[0], "hello ");
+    }
+
+    #[test]
+    fn no_stops_passes_through() {
+        let (text, out, _) = run(&[], &["a", "é", "b"]);
+        assert_eq!(text, "aéb");
+        assert_eq!(out, vec!["a", "é", "b"]);
+    }
+}

@@ -1,0 +1,41 @@
+//! On-device LLM inference for ferrograph.
+//!
+//! - [`ChatModel`]: messages in, one AI message out (with usage and finish reason), tokens
+//!   streamed through a [`TokenSink`] — for example the node's event sink, so they reach the
+//!   run's *tokens* stream ([`TokenSink::from_context`]).
+//! - [`LocalChatModel`]: a GGUF model run by candle's quantized models, chosen by
+//!   `general.architecture` (see [`SUPPORTED_ARCHITECTURES`]), with its tokenizer built from
+//!   the GGUF metadata and its chat template rendered by minijinja. Each loaded model lives in
+//!   one model actor ([`ModelHandle`]) that serves requests in FIFO order; models are loaded
+//!   once per process.
+//! - Sampling: greedy, temperature, top-k, top-p, repetition penalty, seed, stop strings, max
+//!   tokens, `max_context` ([`GenerateOptions`]). Prompt prefixes (a shared system prompt, the
+//!   previous turn) are reused across calls from KV snapshots.
+//! - [`ChatModel::with_structured_output`]: prompted JSON output parsed into a Rust type
+//!   (not yet constrained decoding).
+//! - [`manifest`]: `models/models.toml`, listing, verifying and fetching models.
+//! - [`bench_llm`]: load time, time to first token, prefill/decode speed, peak RSS.
+//!
+//! Build for the host CPU (`RUSTFLAGS="-C target-cpu=native"`): candle's CPU kernels are
+//! several times slower without it.
+
+pub mod actor;
+pub mod bench;
+pub mod chat;
+pub mod engine;
+pub mod error;
+pub mod manifest;
+pub mod options;
+pub mod sampling;
+pub mod sink;
+pub mod template;
+pub mod tokenizer;
+
+pub use actor::{load_model, ModelHandle, PromptInput};
+pub use bench::{bench_llm, BenchReport};
+pub use chat::{parse_structured, ChatModel, LocalChatModel, StructuredModel};
+pub use engine::{Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES};
+pub use error::LlmError;
+pub use options::{DeviceKind, GenerateOptions, LoadOptions};
+pub use sink::TokenSink;
+pub use template::ChatTemplate;

@@ -1,0 +1,230 @@
+//! Generation and load options.
+
+use serde::{Deserialize, Serialize};
+
+/// How one generation samples and when it stops.
+///
+/// The default is greedy decoding of at most 256 tokens within a 2,048-token context.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GenerateOptions {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling temperature; `0.0` (or less) means greedy decoding.
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens before sampling.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability adds up to `p` (nucleus sampling).
+    pub top_p: Option<f32>,
+    /// Penalty for tokens seen in the last `repeat_last_n` tokens (`1.0` disables it).
+    pub repetition_penalty: f32,
+    /// How many recent tokens the repetition penalty looks at.
+    pub repeat_last_n: usize,
+    /// Seed of the sampler: the same seed and input give the same output. `None` draws one.
+    pub seed: Option<u64>,
+    /// Generation stops before the first occurrence of any of these strings (which is not part
+    /// of the output).
+    pub stop: Vec<String>,
+    /// Most tokens (prompt plus output) the call may use. Caches are sized by what is used,
+    /// never by the model's full context window.
+    pub max_context: usize,
+    /// Text that begins the answer: it is appended to the prompt after the opened assistant
+    /// turn, generation continues it, and it is part of the returned text (not streamed).
+    pub response_prefix: Option<String>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 256,
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            repetition_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: None,
+            stop: Vec::new(),
+            max_context: 2048,
+            response_prefix: None,
+        }
+    }
+}
+
+impl GenerateOptions {
+    /// Greedy decoding (the default).
+    pub fn greedy() -> Self {
+        Self::default()
+    }
+
+    /// Sampling at `temperature` with `seed`.
+    pub fn sampled(temperature: f32, seed: u64) -> Self {
+        GenerateOptions {
+            temperature,
+            seed: Some(seed),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the token limit.
+    #[must_use]
+    pub fn max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    /// Sets the temperature.
+    #[must_use]
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.temperature = t;
+        self
+    }
+
+    /// Sets top-k.
+    #[must_use]
+    pub fn top_k(mut self, k: usize) -> Self {
+        self.top_k = Some(k);
+        self
+    }
+
+    /// Sets top-p.
+    #[must_use]
+    pub fn top_p(mut self, p: f32) -> Self {
+        self.top_p = Some(p);
+        self
+    }
+
+    /// Sets the repetition penalty.
+    #[must_use]
+    pub fn repetition_penalty(mut self, penalty: f32) -> Self {
+        self.repetition_penalty = penalty;
+        self
+    }
+
+    /// Sets the seed.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Adds a stop string.
+    #[must_use]
+    pub fn stop(mut self, s: impl Into<String>) -> Self {
+        self.stop.push(s.into());
+        self
+    }
+
+    /// Sets the context limit.
+    #[must_use]
+    pub fn max_context(mut self, n: usize) -> Self {
+        self.max_context = n;
+        self
+    }
+
+    /// Checks the options for values that cannot work.
+    pub fn validate(&self) -> Result<(), crate::LlmError> {
+        let bad = |m: &str| Err(crate::LlmError::Validation(m.to_string()));
+        if self.max_context == 0 {
+            return bad("max_context must be positive");
+        }
+        if !self.temperature.is_finite() {
+            return bad("temperature must be finite");
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return bad("top_p must be in (0, 1]");
+            }
+        }
+        if self.top_k == Some(0) {
+            return bad("top_k must be positive");
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad("repetition_penalty must be positive");
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return bad("stop strings must not be empty");
+        }
+        Ok(())
+    }
+}
+
+/// Where a model runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// The CPU (default).
+    #[default]
+    Cpu,
+    /// The first CUDA GPU (needs the `cuda` feature).
+    Cuda,
+    /// The Metal GPU (needs the `metal` feature).
+    Metal,
+}
+
+impl DeviceKind {
+    /// Reads `FERROGRAPH_DEVICE` (`cpu`, `cuda` or `metal`); CPU when unset.
+    pub fn from_env() -> Result<Self, crate::LlmError> {
+        match std::env::var("FERROGRAPH_DEVICE") {
+            Ok(v) => v.parse(),
+            Err(_) => Ok(DeviceKind::Cpu),
+        }
+    }
+
+    pub(crate) fn device(self) -> Result<candle_core::Device, crate::LlmError> {
+        match self {
+            DeviceKind::Cpu => Ok(candle_core::Device::Cpu),
+            DeviceKind::Cuda => candle_core::Device::new_cuda(0).map_err(|e| {
+                crate::LlmError::Validation(format!(
+                    "CUDA device unavailable (build with `--features cuda`): {e}"
+                ))
+            }),
+            DeviceKind::Metal => candle_core::Device::new_metal(0).map_err(|e| {
+                crate::LlmError::Validation(format!(
+                    "Metal device unavailable (build with `--features metal`): {e}"
+                ))
+            }),
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = crate::LlmError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" | "gpu" => Ok(DeviceKind::Cuda),
+            "metal" => Ok(DeviceKind::Metal),
+            other => Err(crate::LlmError::Validation(format!(
+                "unknown device `{other}` (expected cpu, cuda or metal)"
+            ))),
+        }
+    }
+}
+
+/// How a model is loaded. Models are cached per process by path and these options.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LoadOptions {
+    /// Device to run on.
+    pub device: DeviceKind,
+    /// Largest context any call may use; rotary tables and caches are sized by it (capped by
+    /// the model's own context length).
+    pub max_context: usize,
+    /// How many requests may wait in the model actor's queue before callers wait to enqueue.
+    pub queue_capacity: usize,
+    /// How many prompt-prefix KV snapshots the model keeps for reuse across calls (0 disables
+    /// prefix reuse).
+    pub prefix_cache_entries: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            device: DeviceKind::Cpu,
+            max_context: 4096,
+            queue_capacity: 64,
+            prefix_cache_entries: 4,
+        }
+    }
+}

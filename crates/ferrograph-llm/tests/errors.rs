@@ -1,0 +1,74 @@
+//! Loading errors that need no model download.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use ferrograph_llm::{Engine, LlmError, LoadOptions};
+use std::path::PathBuf;
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferrograph-llm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn gguf_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+#[test]
+fn missing_model_names_the_fetch_command() {
+    let err = Engine::load(
+        std::path::Path::new("/nonexistent/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LlmError::ModelMissing { .. }));
+    assert!(
+        text.contains("scripts/fetch-models.sh smollm2-135m-instruct-q4_1"),
+        "{text}"
+    );
+    assert!(text.contains("ferrograph models fetch"), "{text}");
+}
+
+#[test]
+fn garbage_is_an_invalid_model() {
+    for (name, bytes) in [
+        ("empty.gguf", &b""[..]),
+        ("text.gguf", &b"hello world, not a model"[..]),
+        (
+            "truncated.gguf",
+            &b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f"[..],
+        ),
+    ] {
+        let err = Engine::load(&temp_file(name, bytes), &LoadOptions::default()).unwrap_err();
+        assert!(
+            matches!(err, LlmError::InvalidModel { .. }),
+            "{name}: {err}"
+        );
+        assert!(!err.is_retryable());
+    }
+}
+
+#[test]
+fn unsupported_architecture_lists_the_supported_ones() {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes()); // tensors
+    b.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
+    gguf_string(&mut b, "general.architecture");
+    b.extend_from_slice(&8u32.to_le_bytes()); // string
+    gguf_string(&mut b, "mamba");
+    let err = Engine::load(&temp_file("mamba.gguf", &b), &LoadOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, LlmError::UnsupportedArchitecture { .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains("mamba") && text.contains("llama") && text.contains("qwen2"),
+        "{text}"
+    );
+}
