@@ -182,12 +182,22 @@ pub fn router(state: AppState) -> axum::Router {
 }
 
 async fn count_responses(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let method = req.method().as_str().to_string();
+    // Known methods only, so that clients cannot grow the label set.
+    let method: &'static str = match req.method().as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    };
     let resp = next.run(req).await;
     state
         .inner
         .metrics
-        .record_http(&method, resp.status().as_u16());
+        .record_http(method, resp.status().as_u16());
     resp
 }
 
