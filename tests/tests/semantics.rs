@@ -766,6 +766,11 @@ async fn interrupt_stops_and_resume_reenters_the_node_with_the_value() {
         RunError::Node { source, .. } => assert!(matches!(source, NodeError::BadResume { .. })),
         other => panic!("{other}"),
     }
+    // The thread still waits for an answer, with its interrupt listed.
+    let info = saver.get_thread("h1").await.unwrap().unwrap();
+    assert_eq!(info.status, ThreadStatus::Interrupted);
+    assert_eq!(info.interrupts.len(), 1);
+    assert!(info.error.unwrap().contains("resume value"));
     let out = runner
         .invoke(
             RunInput::resume(serde_json::json!("approved")),
@@ -789,6 +794,11 @@ async fn interrupt_stops_and_resume_reenters_the_node_with_the_value() {
         .await
         .unwrap_err();
     assert!(matches!(err, RunError::NoPendingInterrupt(_)), "{err}");
+    // A refused resume does not touch the thread's record.
+    assert_eq!(
+        saver.get_thread("h1").await.unwrap().unwrap().status,
+        ThreadStatus::Done
+    );
 }
 
 #[tokio::test]

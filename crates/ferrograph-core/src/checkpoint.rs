@@ -352,15 +352,7 @@ pub fn decode<T: DeserializeOwned>(expected_schema: u32, bytes: &[u8]) -> Result
             expected: expected_schema,
         });
     }
-    let (value, used) = bincode::serde::decode_from_slice(body, bincode_config())
-        .map_err(|e| CodecError::Decode(e.to_string()))?;
-    if used != body.len() {
-        return Err(CodecError::Decode(format!(
-            "{} trailing bytes after the value",
-            body.len() - used
-        )));
-    }
-    Ok(value)
+    decode_body(body)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -394,6 +386,110 @@ enum GotoBody<S: State> {
     Send(SendTo<S>),
 }
 
+fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
+    let (value, used) = bincode::serde::decode_from_slice(body, bincode_config())
+        .map_err(|e| CodecError::Decode(e.to_string()))?;
+    if used != body.len() {
+        return Err(CodecError::Decode(format!(
+            "{} trailing bytes after the value",
+            body.len() - used
+        )));
+    }
+    Ok(value)
+}
+
+fn migrate_task<Old: State, New: State>(
+    t: PlannedTask<Old>,
+    state: fn(Old) -> New,
+) -> PlannedTask<New> {
+    PlannedTask {
+        id: t.id,
+        node: t.node,
+        input: t.input.map(state),
+    }
+}
+
+/// Upgrades a frame body (unsealed, at `Old`'s version) to a sealed body at `New`'s version.
+pub(crate) fn migrate_frame_body<Old: State, New: State>(
+    body: &[u8],
+    state: fn(Old) -> New,
+    update: fn(Old::Update) -> New::Update,
+) -> Result<Vec<u8>, CodecError> {
+    let old: FrameBody<Old> = decode_body(body)?;
+    let new = FrameBody::<New> {
+        base: match old.base {
+            Base::Full(s) => Base::Full(state(s)),
+            Base::Delta(w) => Base::Delta(w.into_iter().map(|(n, u)| (n, update(u))).collect()),
+        },
+        next: old
+            .next
+            .into_iter()
+            .map(|t| migrate_task(t, state))
+            .collect(),
+        joins: old.joins,
+    };
+    crate::migrate::reseal::<New, _>(&new)
+}
+
+/// Upgrades a pending task output.
+pub(crate) fn migrate_output_body<Old: State, New: State>(
+    body: &[u8],
+    state: fn(Old) -> New,
+    update: fn(Old::Update) -> New::Update,
+) -> Result<Vec<u8>, CodecError> {
+    let old: OutputBody<Old> = decode_body(body)?;
+    let new = OutputBody::<New> {
+        updates: old.updates.into_iter().map(update).collect(),
+        goto: old
+            .goto
+            .into_iter()
+            .map(|g| match g {
+                GotoBody::Node(n) => GotoBody::Node(n),
+                GotoBody::Send(s) => GotoBody::Send(SendTo {
+                    node: s.node,
+                    input: state(s.input),
+                }),
+            })
+            .collect(),
+        target: old.target,
+    };
+    crate::migrate::reseal::<New, _>(&new)
+}
+
+/// Upgrades an interrupted subgraph's snapshot.
+pub(crate) fn migrate_subgraph_body<Old: State, New: State>(
+    body: &[u8],
+    state: fn(Old) -> New,
+    update: fn(Old::Update) -> New::Update,
+) -> Result<Vec<u8>, CodecError> {
+    let old: SubgraphBody<Old> = decode_body(body)?;
+    let new = SubgraphBody::<New> {
+        checkpoint_id: old.checkpoint_id,
+        parent_id: old.parent_id,
+        step: old.step,
+        state: state(old.state),
+        next: old
+            .next
+            .into_iter()
+            .map(|t| migrate_task(t, state))
+            .collect(),
+        joins: old.joins,
+        pending: old.pending,
+        merged: old.merged.into_iter().map(update).collect(),
+    };
+    crate::migrate::reseal::<New, _>(&new)
+}
+
+/// Decodes a payload of `S`, upgrading it first if it was written by an older schema version
+/// with a registered migration.
+fn decode_current<S: State, T: DeserializeOwned>(
+    kind: crate::migrate::Payload,
+    bytes: &[u8],
+) -> Result<T, CodecError> {
+    let current = crate::migrate::upgrade::<S>(kind, bytes)?;
+    decode(S::SCHEMA_VERSION, &current)
+}
+
 /// Encodes a task output for a pending write.
 pub fn encode_output<S: State>(output: &NodeOutput<S>) -> Result<Vec<u8>, CodecError> {
     let body = OutputBody::<S> {
@@ -413,7 +509,7 @@ pub fn encode_output<S: State>(output: &NodeOutput<S>) -> Result<Vec<u8>, CodecE
 
 /// Decodes a task output from a pending write.
 pub fn decode_output<S: State>(bytes: &[u8]) -> Result<NodeOutput<S>, CodecError> {
-    let body: OutputBody<S> = decode(S::SCHEMA_VERSION, bytes)?;
+    let body: OutputBody<S> = decode_current::<S, _>(crate::migrate::Payload::Output, bytes)?;
     Ok(NodeOutput {
         updates: body.updates,
         goto: body
@@ -473,7 +569,7 @@ pub fn encode_subgraph<S: State>(
 
 /// Decodes an interrupted subgraph.
 pub fn decode_subgraph<S: State>(bytes: &[u8]) -> Result<SubgraphSnapshot<S>, CodecError> {
-    let body: SubgraphBody<S> = decode(S::SCHEMA_VERSION, bytes)?;
+    let body: SubgraphBody<S> = decode_current::<S, _>(crate::migrate::Payload::Subgraph, bytes)?;
     Ok(SubgraphSnapshot {
         frame: Frame {
             checkpoint_id: body.checkpoint_id,
@@ -752,7 +848,8 @@ fn materialize<S: State>(
     let mut last: Option<(CheckpointRecord, FrameBody<S>)> = None;
     while let Some(record) = chain.pop() {
         let mut body: FrameBody<S> =
-            decode(S::SCHEMA_VERSION, &record.payload).map_err(|e| corrupt(&record, e))?;
+            decode_current::<S, _>(crate::migrate::Payload::Frame, &record.payload)
+                .map_err(|e| corrupt(&record, e))?;
         match std::mem::replace(&mut body.base, Base::Delta(Vec::new())) {
             Base::Full(s) => {
                 stats = ChainStats {
@@ -814,7 +911,8 @@ pub async fn load_history<S: State>(
     let mut out = Vec::with_capacity(records.len());
     for record in records {
         let body: FrameBody<S> =
-            decode(S::SCHEMA_VERSION, &record.payload).map_err(|e| corrupt(&record, e))?;
+            decode_current::<S, _>(crate::migrate::Payload::Frame, &record.payload)
+                .map_err(|e| corrupt(&record, e))?;
         let state = match body.base {
             Base::Full(s) => Arc::new(s),
             Base::Delta(writes) => {

@@ -12,6 +12,7 @@ pub mod id;
 pub mod interrupt;
 pub mod json;
 pub mod message;
+pub mod migrate;
 pub mod node;
 pub mod state;
 pub mod stream;

@@ -901,7 +901,20 @@ impl<S: State> RunState<S> {
                 Some(frame.checkpoint_id.clone()),
             ),
             RunEnd::Parent { .. } => (ThreadStatus::Done, None, Vec::new(), None),
-            RunEnd::Failed(e) => (ThreadStatus::Failed, Some(e.to_string()), Vec::new(), None),
+            RunEnd::Failed(e) => {
+                // A failure that leaves interrupts open (for example a resume value of the wrong
+                // type) keeps the thread waiting for an answer.
+                let open: Vec<_> = ferrograph_core::checkpoint::open_interrupts(&self.args.pending)
+                    .into_iter()
+                    .map(|(i, _, _)| i)
+                    .collect();
+                let status = if open.is_empty() {
+                    ThreadStatus::Failed
+                } else {
+                    ThreadStatus::Interrupted
+                };
+                (status, Some(e.to_string()), open, None)
+            }
         };
         info.status = status;
         info.error = error;

@@ -323,16 +323,11 @@ impl<S: State> GraphRunner<S> {
                 stats = loaded.stats;
                 base = Some(loaded.frame);
             }
-            let mut info = s
-                .get_thread(t)
-                .await?
-                .unwrap_or_else(|| ThreadInfo::new(t.as_str(), self.graph.name()));
-            info.status = ferrograph_core::ThreadStatus::Running;
-            info.error = None;
-            info.interrupts.clear();
-            info.updated_at_ms = ferrograph_core::id::now_millis();
-            s.put_thread(info.clone()).await?;
-            thread_info = Some(info);
+            thread_info = Some(
+                s.get_thread(t)
+                    .await?
+                    .unwrap_or_else(|| ThreadInfo::new(t.as_str(), self.graph.name())),
+            );
         }
         let mut writer = Writer::new(saver.clone(), config.durability, rt.config.async_lag);
         let thread_name = thread.clone().unwrap_or_default();
@@ -389,6 +384,14 @@ impl<S: State> GraphRunner<S> {
                 b
             }
         };
+        // The input is valid: only now is the thread marked as running.
+        if let (Some(s), Some(info)) = (&saver, thread_info.as_mut()) {
+            info.status = ferrograph_core::ThreadStatus::Running;
+            info.error = None;
+            info.interrupts.clear();
+            info.updated_at_ms = ferrograph_core::id::now_millis();
+            s.put_thread(info.clone()).await?;
+        }
         let (done, rx) = oneshot::channel();
         let args = RunArgs {
             graph: self.graph.clone(),
