@@ -4,9 +4,7 @@
 Runs, one after the other, in one invocation:
 
 1. ferrograph: ``--ferrograph-cmd`` (default ``target/release/ferrograph bench checkpoint
-   --json``; ``target/release/checkpoint_bench`` from ``cargo build --release -p
-   ferrograph-tests --bin checkpoint_bench`` prints the same document), from the repository
-   root, with ``--quick`` appended when given;
+   --json``), run from the repository root, with ``--quick`` appended when given;
 2. LangGraph: ``benches/peers/langgraph_checkpoint.py`` under the peers venv
    (``benches/peers/.venv/bin/python``, see ``scripts/setup-peers.sh``).
 

@@ -68,7 +68,7 @@ enum Command {
     /// Serves the HTTP API and the web console.
     Serve {
         /// Address to bind (anything but loopback needs a token).
-        #[arg(long, default_value = "127.0.0.1:8080")]
+        #[arg(long, default_value = "127.0.0.1:8420")]
         bind: std::net::SocketAddr,
         /// Environment variable holding the bearer token.
         #[arg(long)]
