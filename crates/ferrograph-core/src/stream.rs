@@ -25,6 +25,18 @@ pub enum StreamMode {
     Tokens,
 }
 
+impl StreamMode {
+    /// Every mode.
+    pub const ALL: [StreamMode; 6] = [
+        StreamMode::Values,
+        StreamMode::Updates,
+        StreamMode::Custom,
+        StreamMode::Tasks,
+        StreamMode::Debug,
+        StreamMode::Tokens,
+    ];
+}
+
 /// A set of [`StreamMode`]s.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StreamModes(u8);
@@ -39,16 +51,7 @@ impl StreamModes {
 
     /// Every mode.
     pub fn all() -> Self {
-        [
-            StreamMode::Values,
-            StreamMode::Updates,
-            StreamMode::Custom,
-            StreamMode::Tasks,
-            StreamMode::Debug,
-            StreamMode::Tokens,
-        ]
-        .into_iter()
-        .collect()
+        StreamMode::ALL.into_iter().collect()
     }
 
     /// Adds a mode.

@@ -87,12 +87,12 @@ impl Shared {
                 ids.push(bos);
             }
         }
+        let offset = ids.len();
         ids.extend(self.encode(&text)?);
         let mut hint = None;
         if messages.len() > 1 && tools.is_none() {
             if let Ok(prefix) = self.template.render(&messages[..1], None, false) {
                 if !prefix.is_empty() && text.starts_with(&prefix) {
-                    let offset = ids.len() - self.encode(&text)?.len();
                     let p = self.encode(&prefix)?;
                     if ids[offset..].starts_with(&p) {
                         hint = Some(offset + p.len());

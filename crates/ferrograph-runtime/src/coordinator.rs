@@ -357,13 +357,7 @@ impl<S: State> RunState<S> {
                 kind: PendingKind::StaticInterrupt,
             })
             .await?;
-            self.record_pending(PendingWrite {
-                task_id: String::new(),
-                node: String::new(),
-                kind: PendingKind::Interrupts(interrupts.clone()),
-            })
-            .await?;
-            return Ok(Flow::End(self.interrupted(interrupts)));
+            return self.stop_at_static(interrupts).await;
         }
         self.pass_static_before = false;
 
@@ -685,6 +679,17 @@ impl<S: State> RunState<S> {
         }
     }
 
+    /// Stops the run at static interrupts, recording them so that they are listed and resumable.
+    async fn stop_at_static(&mut self, interrupts: Vec<Interrupt>) -> StepOutcome<S> {
+        self.record_pending(PendingWrite {
+            task_id: String::new(),
+            node: String::new(),
+            kind: PendingKind::Interrupts(interrupts.clone()),
+        })
+        .await?;
+        Ok(Flow::End(self.interrupted(interrupts)))
+    }
+
     fn interrupted(&self, interrupts: Vec<Interrupt>) -> RunEnd<S> {
         RunEnd::Interrupted {
             frame: self.args.frame.clone(),
@@ -864,13 +869,7 @@ impl<S: State> RunState<S> {
                     static_interrupt(&cp, &node, "after", &cp)
                 })
                 .collect();
-            self.record_pending(PendingWrite {
-                task_id: String::new(),
-                node: String::new(),
-                kind: PendingKind::Interrupts(interrupts.clone()),
-            })
-            .await?;
-            return Ok(Flow::End(self.interrupted(interrupts)));
+            return self.stop_at_static(interrupts).await;
         }
         let _ = myself;
         Ok(Flow::Next)

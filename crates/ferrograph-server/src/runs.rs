@@ -141,17 +141,10 @@ pub(crate) async fn start_run(
     let thread = info.thread_id.clone();
     let guard = state.claim(&thread)?;
     let modes = stream.map_or(internal_modes(), |m| {
-        [
-            StreamMode::Values,
-            StreamMode::Updates,
-            StreamMode::Custom,
-            StreamMode::Tasks,
-            StreamMode::Debug,
-            StreamMode::Tokens,
-        ]
-        .into_iter()
-        .filter(|x| m.contains(*x))
-        .fold(internal_modes(), StreamModes::with)
+        StreamMode::ALL
+            .into_iter()
+            .filter(|x| m.contains(*x))
+            .fold(internal_modes(), StreamModes::with)
     });
     let mut attempts = 0;
     let run = loop {
