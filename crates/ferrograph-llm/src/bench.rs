@@ -32,8 +32,12 @@ pub struct BenchReport {
     pub ttft_ms: f64,
     /// Prompt tokens per second, median of the runs.
     pub prefill_tok_s: f64,
-    /// Generated tokens per second, median of the runs.
+    /// Generated tokens per second from a one-token context (what llama-bench's `tg` measures),
+    /// median of the runs.
     pub decode_tok_s: f64,
+    /// Generated tokens per second right after the `prompt_tokens` prompt (attention over a
+    /// longer cache), median of the runs.
+    pub decode_after_prompt_tok_s: f64,
     /// Peak resident memory of the process (`VmHWM`), in MiB.
     pub peak_rss_mib: f64,
     /// Measured runs (after one warm-up).
@@ -75,7 +79,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Benchmarks the GGUF at `path` with `threads` threads: a fresh load, then one warm-up and
 /// three measured runs of prefilling `prompt_tokens` tokens and greedily decoding
-/// `gen_tokens` more (end-of-sequence ignored). Runs on a blocking thread.
+/// `gen_tokens` more (end-of-sequence ignored), plus decoding `gen_tokens` from a one-token
+/// context (llama-bench's `tg`). Runs on a blocking thread.
 pub async fn bench_llm(
     path: &Path,
     threads: usize,
@@ -121,13 +126,17 @@ pub fn bench_blocking(
         .take(prompt_tokens.max(1))
         .collect();
     engine.bench_forward(&prompt[..prompt.len().min(8)], 4)?;
-    let (mut prefill, mut ttft, mut decode) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut prefill, mut ttft, mut decode, mut decode_after) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let runs = 3;
+    let rate = |n: usize, d: Duration| n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64();
     for _ in 0..runs {
         let (p, t, d) = engine.bench_forward(&prompt, gen_tokens)?;
-        prefill.push(prompt.len() as f64 / p.as_secs_f64().max(1e-9));
+        prefill.push(rate(prompt.len(), p));
         ttft.push(t.as_secs_f64() * 1e3);
-        decode.push(gen_tokens as f64 / d.max(Duration::from_nanos(1)).as_secs_f64());
+        decode_after.push(rate(gen_tokens, d));
+        let (_, _, d) = engine.bench_forward(&prompt[..1], gen_tokens)?;
+        decode.push(rate(gen_tokens, d));
     }
     Ok(BenchReport {
         model: shared.info.name.clone(),
@@ -141,6 +150,7 @@ pub fn bench_blocking(
         ttft_ms: median(ttft),
         prefill_tok_s: median(prefill),
         decode_tok_s: median(decode),
+        decode_after_prompt_tok_s: median(decode_after),
         peak_rss_mib: peak_rss_mib(),
         runs,
     })
@@ -150,7 +160,7 @@ impl BenchReport {
     /// One line for people.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({}), {} thread(s): load {:.0} ms, ttft {:.1} ms, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens), peak RSS {:.0} MiB",
+            "{} ({}), {} thread(s): load {:.0} ms, ttft {:.1} ms, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens; {:.1} after the prompt), peak RSS {:.0} MiB",
             self.model,
             self.architecture,
             self.threads_effective,
@@ -160,6 +170,7 @@ impl BenchReport {
             self.prompt_tokens,
             self.decode_tok_s,
             self.gen_tokens,
+            self.decode_after_prompt_tok_s,
             self.peak_rss_mib
         )
     }
