@@ -38,6 +38,12 @@ pub(crate) enum Payload {
 
 type Transform = Arc<dyn Fn(Payload, &[u8]) -> Result<Vec<u8>, CodecError> + Send + Sync>;
 
+/// The installed steps of one state type: (from, to, transform).
+type Chain = Vec<(u32, u32, Transform)>;
+
+/// Installed chains by state type.
+type Registry = RwLock<HashMap<TypeId, Chain>>;
+
 struct Step {
     from: u32,
     to: u32,
@@ -81,9 +87,8 @@ impl<S: State> Default for Migrations<S> {
     }
 }
 
-fn registry() -> &'static RwLock<HashMap<TypeId, Vec<(u32, u32, Transform)>>> {
-    static REGISTRY: OnceLock<RwLock<HashMap<TypeId, Vec<(u32, u32, Transform)>>>> =
-        OnceLock::new();
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| RwLock::new(HashMap::new()))
 }
 
