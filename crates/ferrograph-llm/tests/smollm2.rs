@@ -240,6 +240,27 @@ async fn chat_template_renders_chatml() {
 }
 
 #[tokio::test]
+async fn chat_prompt_tokens_match_llama_cpp() {
+    let m = model_or_skip!();
+    let shared = m.handle().await.unwrap().shared().clone();
+    let (ids, _) = shared
+        .chat_prompt(
+            &[Message::human("What is the capital of France?")],
+            None,
+            "",
+        )
+        .unwrap();
+    // llama.cpp 0.3.36 (llama-cpp-python) tokenizes the same rendered prompt (the template adds
+    // SmolLM's default system prompt) to exactly these ids.
+    let llama_cpp: [u32; 37] = [
+        1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411,
+        407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1,
+        520, 9531, 198,
+    ];
+    assert_eq!(ids, llama_cpp);
+}
+
+#[tokio::test]
 async fn shared_system_prompt_is_reused_and_gives_the_same_answer() {
     let Some(path) = model_path() else { return };
     let system = Message::system(
