@@ -355,7 +355,9 @@ impl<S: State> GraphRunner<S> {
                             source,
                         }
                     })?;
-                    writer.put_before_flush(record).await?;
+                    // Flushed before any task runs: tasks are planned (and their ids, which nodes may use
+                    // as idempotency keys, derived) from this checkpoint.
+                    writer.put(record).await?;
                 }
                 commit.frame
             }

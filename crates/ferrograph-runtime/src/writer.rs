@@ -117,10 +117,10 @@ impl Writer {
         self.submit(Op::Put(record), true).await
     }
 
-    /// Writes a checkpoint whose durability the next flush provides: the input checkpoint
-    /// (the first step's flush, or the end of the run, follows before anything depends on it)
-    /// and the last step's checkpoint (the end of the run follows at once). In sync mode this
-    /// saves a disk flush per run at each end without weakening what a crash can lose.
+    /// Writes a checkpoint whose durability the end of the run provides: the last step's
+    /// checkpoint, after which no task runs. Sync mode saves a disk flush per run this way
+    /// without weakening what a crash can lose. (The input checkpoint is never deferred: tasks
+    /// are planned from it, and must not run before it is durable.)
     pub(crate) async fn put_before_flush(
         &mut self,
         record: CheckpointRecord,
