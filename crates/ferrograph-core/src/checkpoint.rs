@@ -814,6 +814,16 @@ pub async fn load_checkpoint<S: State>(
             }),
         };
     };
+    load_from_record(saver, thread_id, head).await.map(Some)
+}
+
+/// Materializes an already fetched checkpoint record (reading its parents back to the last
+/// full snapshot), for callers that fetched the record for another reason first.
+pub async fn load_from_record<S: State>(
+    saver: &dyn CheckpointSaver,
+    thread_id: &str,
+    head: CheckpointRecord,
+) -> Result<LoadedCheckpoint<S>, CheckpointError> {
     let mut chain = vec![head];
     while let Some(last) = chain.last() {
         if last.full {
@@ -836,7 +846,7 @@ pub async fn load_checkpoint<S: State>(
             }
         }
     }
-    materialize(chain).map(Some)
+    materialize(chain)
 }
 
 /// Materializes a chain given newest first, ending with a full snapshot.

@@ -8,8 +8,8 @@ use crate::pool::AgentPool;
 use crate::runtime::Runtime;
 use crate::writer::Writer;
 use ferrograph_core::checkpoint::{
-    encode_checkpoint, load_checkpoint, load_history, ChainStats, CheckpointSaver,
-    CheckpointSource, PendingKind, PendingWrite, ThreadInfo,
+    encode_checkpoint, load_checkpoint, load_from_record, load_history, ChainStats,
+    CheckpointSaver, CheckpointSource, PendingKind, PendingWrite, ThreadInfo,
 };
 use ferrograph_core::engine::Frame;
 use ferrograph_core::json::Json;
@@ -299,29 +299,40 @@ impl<S: State> GraphRunner<S> {
         let mut base: Option<Frame<S>> = None;
         let mut thread_info = None;
         if let (Some(s), Some(t)) = (&saver, &thread) {
-            let cached = match &config.checkpoint_id {
-                None => match s.get(t, None).await? {
-                    Some(newest) => self.cache.get_if_newest(t, &newest.checkpoint_id),
-                    None => None,
-                },
-                Some(_) => None,
+            // One read of the newest record serves the cache check, the load and the
+            // question whether the requested checkpoint is the newest.
+            let newest = s.get(t, None).await?;
+            let head = match (&config.checkpoint_id, &newest) {
+                (None, _) => newest.clone(),
+                (Some(c), Some(n)) if &n.checkpoint_id == c => newest.clone(),
+                (Some(c), _) => Some(s.get(t, Some(c)).await?.ok_or_else(|| {
+                    ferrograph_core::CheckpointError::NotFound {
+                        thread: t.clone(),
+                        checkpoint: c.clone(),
+                    }
+                })?),
             };
-            if let Some((frame, cached_stats)) = cached {
-                pending = s.get_writes(t, &frame.checkpoint_id).await?;
-                stats = cached_stats;
-                base = Some(frame);
-            } else if let Some(loaded) =
-                load_checkpoint::<S>(s.as_ref(), t, config.checkpoint_id.as_deref()).await?
-            {
-                let is_latest = match &config.checkpoint_id {
-                    None => true,
-                    Some(c) => s.get(t, None).await?.is_some_and(|r| &r.checkpoint_id == c),
+            if let Some(head) = head {
+                let is_latest = newest
+                    .as_ref()
+                    .is_some_and(|n| n.checkpoint_id == head.checkpoint_id);
+                let cached = if is_latest {
+                    self.cache.get_if_newest(t, &head.checkpoint_id)
+                } else {
+                    None
+                };
+                let (frame, chain_stats) = match cached {
+                    Some(hit) => hit,
+                    None => {
+                        let loaded = load_from_record::<S>(s.as_ref(), t, head).await?;
+                        (loaded.frame, loaded.stats)
+                    }
                 };
                 if is_latest {
-                    pending = s.get_writes(t, &loaded.frame.checkpoint_id).await?;
+                    pending = s.get_writes(t, &frame.checkpoint_id).await?;
                 }
-                stats = loaded.stats;
-                base = Some(loaded.frame);
+                stats = chain_stats;
+                base = Some(frame);
             }
             thread_info = Some(
                 s.get_thread(t)
