@@ -53,8 +53,11 @@ fn check_thread_id(id: &str) -> Result<(), ApiError> {
 
 /// The status shown for a thread: `idle` for a thread created through the API that has not run
 /// yet (stored as `done` without a checkpoint, since thread records have no idle status).
-fn view_status(info: &ThreadInfo) -> &'static str {
-    if info.status == ThreadStatus::Done && info.last_checkpoint_id.is_none() {
+fn view_status(info: &ThreadInfo, active: bool) -> &'static str {
+    if active {
+        // A run is in progress here; the stored record catches up once its input is accepted.
+        "running"
+    } else if info.status == ThreadStatus::Done && info.last_checkpoint_id.is_none() {
         "idle"
     } else {
         info.status.as_str()
@@ -62,11 +65,12 @@ fn view_status(info: &ThreadInfo) -> &'static str {
 }
 
 fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
+    let active = state.is_active(&info.thread_id);
     json!({
         "thread_id": info.thread_id,
         "workflow": info.graph,
-        "status": view_status(info),
-        "active": state.is_active(&info.thread_id),
+        "status": view_status(info, active),
+        "active": active,
         "created_at_ms": info.created_at_ms,
         "updated_at_ms": info.updated_at_ms,
         "last_checkpoint_id": info.last_checkpoint_id,
@@ -118,7 +122,9 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
     let mut pending = 0u64;
     for r in &records {
-        *by_status.entry(view_status(r).to_string()).or_default() += 1;
+        *by_status
+            .entry(view_status(r, state.is_active(&r.thread_id)).to_string())
+            .or_default() += 1;
         if r.status == ThreadStatus::Interrupted {
             pending += r.interrupts.len() as u64;
         }
@@ -220,14 +226,16 @@ async fn list_threads(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", m);
-    let (stored, wanted_view): (Option<ThreadStatus>, Option<&str>) = match q.status.as_deref() {
-        None | Some("") => (None, None),
-        Some("idle") => (Some(ThreadStatus::Done), Some("idle")),
+    // Filtered on the status as shown (a thread with a run in progress shows as running even
+    // before its stored record says so), so every record is read.
+    let wanted_view: Option<&str> = match q.status.as_deref() {
+        None | Some("") => None,
+        Some("idle") => Some("idle"),
         Some(s) => {
             let st: ThreadStatus = s
                 .parse()
                 .map_err(|e: String| bad(format!("{e}, or idle")))?;
-            (Some(st), Some(st.as_str()))
+            Some(st.as_str())
         }
     };
     let limit = match q.limit.as_deref() {
@@ -238,9 +246,9 @@ async fn list_threads(
             .filter(|n| *n >= 1)
             .ok_or_else(|| bad(format!("limit must be a positive integer, not `{l}`")))?,
     };
-    let mut records = state.inner.saver.list_threads(stored).await?;
+    let mut records = state.inner.saver.list_threads(None).await?;
     records.retain(|r| {
-        wanted_view.is_none_or(|w| view_status(r) == w)
+        wanted_view.is_none_or(|w| view_status(r, state.is_active(&r.thread_id)) == w)
             && q.workflow
                 .as_deref()
                 .is_none_or(|w| w.is_empty() || r.graph == w)
