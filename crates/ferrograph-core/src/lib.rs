@@ -24,7 +24,9 @@ pub use engine::{Frame, StepError};
 pub use graph::{CompileError, CompiledGraph, GraphProblem, Route, StateGraph};
 pub use interrupt::{Interrupt, Resume};
 pub use json::Json;
-pub use message::{Message, MessageOp, MessagesUpdate, Role, TokenUsage, ToolCall, ToolStatus};
+pub use message::{
+    Message, MessageOp, MessagesUpdate, Role, TokenUsage, ToolCall, ToolSpec, ToolStatus,
+};
 pub use node::{
     Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult, RetryPolicy,
     SendTo, END, START,
@@ -40,7 +42,7 @@ pub mod __private {
 
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::message::{Message, MessageOp, MessagesUpdate, ToolCall};
+    pub use crate::message::{Message, MessageOp, MessagesUpdate, ToolCall, ToolSpec};
     pub use crate::node::{
         Command, NodeContext, NodeError, NodeOptions, NodeOutput, RetryPolicy, SendTo, END, START,
     };

@@ -54,6 +54,36 @@ impl ToolCall {
     }
 }
 
+/// A tool as offered to a model: its name, what it does, and the JSON Schema of its arguments.
+///
+/// Models that are bound to tools receive these specs (a local model constrains its output to
+/// calls that match them; a remote model gets them in the request's `tools` field) and answer
+/// with [`ToolCall`]s.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Name the model uses to call the tool.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Json,
+}
+
+impl ToolSpec {
+    /// A tool spec.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: serde_json::Value,
+    ) -> Self {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters: Json(parameters),
+        }
+    }
+}
+
 /// Token counts of one model call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {

@@ -36,6 +36,6 @@ pub use bench::{bench_llm, BenchReport};
 pub use chat::{parse_structured, ChatModel, LocalChatModel, StructuredModel};
 pub use engine::{Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES};
 pub use error::LlmError;
-pub use options::{DeviceKind, GenerateOptions, LoadOptions};
+pub use options::{DeviceKind, GenerateOptions, LoadOptions, ResponseFormat, ToolChoice};
 pub use sink::TokenSink;
 pub use template::ChatTemplate;

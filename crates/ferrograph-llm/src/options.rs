@@ -1,5 +1,6 @@
 //! Generation and load options.
 
+use ferrograph_core::message::ToolSpec;
 use serde::{Deserialize, Serialize};
 
 /// How one generation samples and when it stops.
@@ -31,6 +32,47 @@ pub struct GenerateOptions {
     /// Text that begins the answer: it is appended to the prompt after the opened assistant
     /// turn, generation continues it, and it is part of the returned text (not streamed).
     pub response_prefix: Option<String>,
+    /// Shape the answer must have: free text (`None`), any JSON object, or JSON matching a
+    /// schema. Local models enforce it by constrained decoding; remote models get it as the
+    /// request's `response_format`.
+    pub response_format: Option<ResponseFormat>,
+    /// Tools the model may call. A model answering with calls returns them as the AI
+    /// message's `tool_calls`.
+    pub tools: Vec<ToolSpec>,
+    /// Whether and which tool the model must call (only meaningful with `tools`).
+    pub tool_choice: ToolChoice,
+}
+
+/// The shape of a structured answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// A JSON value matching `schema`.
+    JsonSchema {
+        /// Name of the schema (sent to remote servers; informative locally).
+        name: String,
+        /// The JSON Schema.
+        schema: serde_json::Value,
+    },
+}
+
+/// Whether a model bound to tools must call one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model decides between answering in text and calling tools (the default).
+    #[default]
+    Auto,
+    /// The model must call at least one tool.
+    Required,
+    /// The model must not call tools.
+    None,
+    /// The model must call the named tool.
+    Named(String),
 }
 
 impl Default for GenerateOptions {
@@ -46,6 +88,9 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             max_context: 2048,
             response_prefix: None,
+            response_format: None,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
         }
     }
 }
