@@ -59,9 +59,55 @@ pub enum LlmError {
     /// The inference backend failed.
     #[error("inference error: {0}")]
     Backend(String),
-    /// A remote or shared model is rate limited.
-    #[error("rate limited: {0}")]
-    RateLimited(String),
+    /// A remote or shared model is rate limited (HTTP 429).
+    #[error("rate limited: {message}{}", fmt_retry_after(*retry_after))]
+    RateLimited {
+        /// What the server said.
+        message: String,
+        /// How long the server asked to wait (its `Retry-After`), when it said.
+        retry_after: Option<std::time::Duration>,
+    },
+    /// A remote server is temporarily unavailable (HTTP 502, 503 or 504).
+    #[error("server unavailable (HTTP {status}): {message}{}", fmt_retry_after(*retry_after))]
+    Unavailable {
+        /// The HTTP status.
+        status: u16,
+        /// What the server said.
+        message: String,
+        /// How long the server asked to wait (its `Retry-After`), when it said.
+        retry_after: Option<std::time::Duration>,
+    },
+    /// A remote server answered with an error status that retrying will not fix (4xx other
+    /// than 429, or 500).
+    #[error("server error (HTTP {status}): {message}")]
+    Http {
+        /// The HTTP status.
+        status: u16,
+        /// What the server said.
+        message: String,
+    },
+    /// The server could not be reached, or the connection failed before an answer started.
+    #[error("connection to {url} failed: {message}")]
+    Connection {
+        /// The URL called.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The server's answer is not the JSON (or event stream) the protocol prescribes.
+    #[error("malformed response: {message}; body was: {body}")]
+    MalformedResponse {
+        /// What is wrong.
+        message: String,
+        /// The offending body (cut to a few hundred characters).
+        body: String,
+    },
+    /// A streamed answer stopped before it was complete (the connection dropped).
+    #[error("stream interrupted: {0}")]
+    StreamInterrupted(String),
+    /// A provider could not be built from the configuration.
+    #[error("configuration error: {0}")]
+    Config(String),
     /// The model's request queue is full or its actor is busy beyond the caller's patience.
     #[error("model overloaded: {0}")]
     Overloaded(String),
@@ -82,18 +128,46 @@ pub enum LlmError {
     },
 }
 
+fn fmt_retry_after(retry_after: Option<std::time::Duration>) -> String {
+    match retry_after {
+        Some(d) => format!(" (retry after {d:?})"),
+        None => String::new(),
+    }
+}
+
 impl LlmError {
-    /// Whether retrying the same call later may succeed: rate limits, overload, timeouts and a
-    /// stopped actor (it is restarted on the next call) are retryable; schema, validation,
-    /// missing or invalid models and unsupported architectures are fatal.
+    /// Whether retrying the same call later may succeed: rate limits, overload (a full queue,
+    /// HTTP 502/503/504), timeouts, failed connections and a stopped actor (it is restarted on
+    /// the next call) are retryable; schema, validation, other HTTP errors, malformed
+    /// responses, interrupted streams (tokens were already delivered), missing or invalid
+    /// models and unsupported architectures are fatal.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            LlmError::RateLimited(_)
+            LlmError::RateLimited { .. }
+                | LlmError::Unavailable { .. }
+                | LlmError::Connection { .. }
                 | LlmError::Overloaded(_)
                 | LlmError::Timeout(_)
                 | LlmError::ActorStopped(_)
         )
+    }
+
+    /// How long the server asked to wait before retrying (`Retry-After`), when it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            LlmError::RateLimited { retry_after, .. }
+            | LlmError::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A rate-limit error without a `Retry-After`.
+    pub fn rate_limited(message: impl Into<String>) -> Self {
+        LlmError::RateLimited {
+            message: message.into(),
+            retry_after: None,
+        }
     }
 
     pub(crate) fn backend(e: impl std::fmt::Display) -> Self {
@@ -114,7 +188,27 @@ mod tests {
 
     #[test]
     fn retryable_classification() {
-        assert!(LlmError::RateLimited("x".into()).is_retryable());
+        assert!(LlmError::rate_limited("x").is_retryable());
+        let limited = LlmError::RateLimited {
+            message: "slow down".into(),
+            retry_after: Some(std::time::Duration::from_secs(2)),
+        };
+        assert!(limited.is_retryable());
+        assert_eq!(
+            limited.retry_after(),
+            Some(std::time::Duration::from_secs(2))
+        );
+        assert!(limited.to_string().contains("retry after 2s"), "{limited}");
+        assert!(!LlmError::Http {
+            status: 400,
+            message: "bad".into()
+        }
+        .is_retryable());
+        assert!(!LlmError::MalformedResponse {
+            message: "m".into(),
+            body: "b".into()
+        }
+        .is_retryable());
         assert!(LlmError::Overloaded("x".into()).is_retryable());
         assert!(LlmError::Timeout(std::time::Duration::from_secs(1)).is_retryable());
         assert!(!LlmError::Validation("x".into()).is_retryable());

@@ -24,8 +24,15 @@ pub mod bench;
 pub mod chat;
 pub mod engine;
 pub mod error;
+pub mod fallback;
 pub mod manifest;
 pub mod options;
+pub mod parallel;
+pub mod prompt;
+pub mod provider;
+#[cfg(feature = "remote")]
+pub mod remote;
+pub mod retry;
 pub mod sampling;
 pub mod sink;
 pub mod template;
@@ -36,6 +43,18 @@ pub use bench::{bench_llm, BenchReport};
 pub use chat::{parse_structured, ChatModel, LocalChatModel, StructuredModel};
 pub use engine::{Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES};
 pub use error::LlmError;
+pub use fallback::{ChatModelExt, FallbackModel};
 pub use options::{DeviceKind, GenerateOptions, LoadOptions, ResponseFormat, ToolChoice};
+pub use parallel::invoke_all;
+pub use prompt::{ChatPrompt, PromptError, PromptTemplate};
+pub use provider::{chat_model_from_config, chat_model_from_env, Provider, RemoteConfig};
+#[cfg(feature = "remote")]
+pub use remote::RemoteChatModel;
+pub use retry::{RetryModel, RetryPolicy};
 pub use sink::TokenSink;
 pub use template::ChatTemplate;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use futures;
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Install llama-cpp-python's OpenAI-compatible server into .venv-llama, for the remote
+# adapter's real-server test (crates/ferrograph-llm/tests/remote_llama_server.rs).
+#
+# - Idempotent: a stamp in the venv records the version and interpreter; re-running when
+#   nothing changed takes a fraction of a second.
+# - pip reuses a wheel from its cache (~/.cache/pip, built by any interpreter) or from
+#   $LLAMA_WHEEL_DIR when one is there; otherwise it builds llama.cpp from the sdist. That build is CPU-only, for this
+#   CPU (-DGGML_NATIVE=ON), without llama.cpp's tests, examples, tools and server, on
+#   $CMAKE_BUILD_PARALLEL_LEVEL jobs (default: all cores). The wheel it builds lands in pip's
+#   cache, so later runs on the same machine install in seconds.
+# - Also fetches the SmolLM2 GGUF the test serves (scripts/fetch-models.sh) when missing.
+#
+# Usage: scripts/setup-llama-server.sh          (PYTHON=python3.12 to pick an interpreter)
+#        FORCE=1 scripts/setup-llama-server.sh   (reinstall even if the stamp matches)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$repo_root/.venv-llama"
+version="0.3.36"
+stamp="$venv/.llama-server.stamp"
+python="${PYTHON:-python3}"
+
+if ! command -v "$python" >/dev/null 2>&1; then
+    echo "setup-llama-server: '$python' not found; set PYTHON to a Python >= 3.9 interpreter" >&2
+    exit 1
+fi
+
+want="llama-cpp-python[server]==$version $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+
+if [[ "${FORCE:-0}" != 1 && -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    echo "setup-llama-server: $venv is up to date" >&2
+else
+    if [[ ! -x "$venv/bin/python" ]]; then
+        echo "setup-llama-server: creating $venv" >&2
+        "$python" -m venv "$venv"
+    fi
+    find_links=()
+    if [[ -n "${LLAMA_WHEEL_DIR:-}" && -d "$LLAMA_WHEEL_DIR" ]]; then
+        find_links=(--find-links "$LLAMA_WHEEL_DIR")
+    fi
+    # A wheel built earlier on this machine (for any interpreter: it is py3-none) is reused;
+    # pip's own cache only matches the interpreter version that built it.
+    cached="$(find "${PIP_CACHE_DIR:-$HOME/.cache/pip}/wheels" -name "llama_cpp_python-$version-*.whl" 2>/dev/null | head -n 1 || true)"
+    if [[ -n "$cached" ]]; then
+        echo "setup-llama-server: reusing $cached" >&2
+        find_links+=(--find-links "$(dirname "$cached")")
+    fi
+    export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF}"
+    export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
+    echo "setup-llama-server: installing llama-cpp-python[server]==$version (a build from source takes minutes)" >&2
+    start=$(date +%s)
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "${find_links[@]}" "llama-cpp-python[server]==$version"
+    printf '%s\n' "$want" >"$stamp"
+    echo "setup-llama-server: installed in $(( $(date +%s) - start )) s" >&2
+fi
+
+"$venv/bin/python" -c 'import llama_cpp, llama_cpp.server; print("setup-llama-server: llama_cpp", llama_cpp.__version__)' >&2
+
+model="$repo_root/models/smollm2-135m-instruct-q4_1/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [[ ! -f "$model" ]]; then
+    echo "setup-llama-server: fetching the SmolLM2 model" >&2
+    bash "$repo_root/scripts/fetch-models.sh" smollm2-135m-instruct-q4_1
+fi
