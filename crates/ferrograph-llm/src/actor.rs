@@ -1,12 +1,30 @@
-//! Model actors: each loaded model is owned by one thread that serves typed requests from a
-//! bounded queue in arrival (FIFO) order, so concurrent agents share one model safely and
-//! fairly. Models are loaded once per process and cached by path and load options.
+//! Model actors: each loaded model is owned by one thread that serves typed requests, so
+//! concurrent agents share one model safely. Models are loaded once per process and cached by
+//! path and load options.
+//!
+//! **Fairness.** Requests wait in one queue per user ([`GenerateOptions::user`], by default
+//! the calling tokio task or thread) and the actor serves the users round-robin, one whole
+//! request at a time: a caller that queues twenty requests delays another caller's request
+//! by at most one of them, not twenty. Within one user, requests run in arrival order.
+//! Waiting requests are bounded (`queue_capacity` in the actor plus as many in its inbox);
+//! past that, callers wait to enqueue (backpressure). A request whose caller has gone away
+//! is dropped without running.
+//!
+//! **No batching.** candle's quantized models (`quantized_llama`, `quantized_qwen2/3`,
+//! `quantized_phi3`, `quantized_gemma3`) keep one KV cache per model instance and advance it
+//! from a single scalar position: a forward pass over a batch of rows would need every row
+//! at the same position with the same history. Concurrent requests have different prompts
+//! and lengths, so they cannot share a forward pass without per-row caches, positions and
+//! attention masks, which these models do not have. Requests therefore run one after the
+//! other; what they share is the prompt-prefix KV cache (a common system prompt is computed
+//! once). On a CPU with few cores a single request already uses every core for its matrix
+//! products, so batching would mostly help GPUs.
 
 use crate::engine::{Engine, Generation, ModelInfo, Shared};
 use crate::error::LlmError;
 use crate::options::{GenerateOptions, LoadOptions};
 use ferrograph_core::message::Message;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc, oneshot};
@@ -31,6 +49,7 @@ pub enum PromptInput {
 }
 
 struct Job {
+    user: String,
     input: PromptInput,
     options: GenerateOptions,
     pieces: Option<mpsc::Sender<String>>,
@@ -65,8 +84,27 @@ impl ModelHandle {
         let (tx, mut rx) = mpsc::channel::<Job>(queue_capacity.max(1));
         let name = format!("llm-{}", shared.info.name);
         let actor_shared = shared.clone();
+        let capacity = queue_capacity.max(1);
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
-            while let Some(job) = rx.blocking_recv() {
+            let mut queue = FairQueue::default();
+            loop {
+                // Take in what arrived (up to the capacity), waiting only when idle.
+                while queue.len() < capacity {
+                    match rx.try_recv() {
+                        Ok(job) => queue.push(job),
+                        Err(_) => break,
+                    }
+                }
+                if queue.is_empty() {
+                    match rx.blocking_recv() {
+                        Some(job) => queue.push(job),
+                        None => break,
+                    }
+                    continue;
+                }
+                let Some(job) = queue.pop() else {
+                    continue;
+                };
                 if job.reply.is_closed() {
                     continue;
                 }
@@ -106,8 +144,10 @@ impl ModelHandle {
         pieces: Option<mpsc::Sender<String>>,
     ) -> Result<Generation, LlmError> {
         let (reply, rx) = oneshot::channel();
+        let user = options.user.clone().unwrap_or_else(default_user);
         self.tx
             .send(Job {
+                user,
                 input,
                 options,
                 pieces,
@@ -122,6 +162,58 @@ impl ModelHandle {
     /// How many more requests the queue accepts right now.
     pub fn queue_room(&self) -> usize {
         self.tx.capacity()
+    }
+}
+
+/// The calling tokio task, or thread outside a runtime.
+fn default_user() -> String {
+    match tokio::task::try_id() {
+        Some(id) => format!("task-{id}"),
+        None => format!("{:?}", std::thread::current().id()),
+    }
+}
+
+/// Waiting jobs, one FIFO per user, served round-robin.
+#[derive(Default)]
+struct FairQueue {
+    queues: HashMap<String, VecDeque<Job>>,
+    /// Users with waiting jobs, in serving order.
+    order: VecDeque<String>,
+    len: usize,
+}
+
+impl FairQueue {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, job: Job) {
+        let q = self.queues.entry(job.user.clone()).or_default();
+        if q.is_empty() {
+            self.order.push_back(job.user.clone());
+        }
+        q.push_back(job);
+        self.len += 1;
+    }
+
+    /// The next job: the first of the user whose turn it is; that user goes to the back.
+    fn pop(&mut self) -> Option<Job> {
+        let user = self.order.pop_front()?;
+        let q = self.queues.get_mut(&user)?;
+        let job = q.pop_front();
+        if q.is_empty() {
+            self.queues.remove(&user);
+        } else {
+            self.order.push_back(user);
+        }
+        if job.is_some() {
+            self.len -= 1;
+        }
+        job
     }
 }
 
@@ -177,4 +269,62 @@ pub async fn load_model(path: &Path, options: &LoadOptions) -> Result<ModelHandl
         .map_err(|e| LlmError::Backend(format!("model loading task failed: {e}")))??;
     models.insert((key_path, options.clone()), handle.clone());
     Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(user: &str, n: usize) -> (Job, oneshot::Receiver<Result<Generation, LlmError>>) {
+        let (reply, rx) = oneshot::channel();
+        (
+            Job {
+                user: user.to_string(),
+                input: PromptInput::Tokens(vec![n as u32]),
+                options: GenerateOptions::default(),
+                pieces: None,
+                reply,
+            },
+            rx,
+        )
+    }
+
+    fn tag(j: &Job) -> (String, u32) {
+        match &j.input {
+            PromptInput::Tokens(t) => (j.user.clone(), t[0]),
+            _ => (String::new(), 0),
+        }
+    }
+
+    #[test]
+    fn users_are_served_round_robin() {
+        let mut q = FairQueue::default();
+        let mut keep = Vec::new();
+        for n in 0..4 {
+            let (j, rx) = job("greedy", n);
+            q.push(j);
+            keep.push(rx);
+        }
+        let (j, rx) = job("other", 0);
+        q.push(j);
+        keep.push(rx);
+        let (j, rx) = job("third", 0);
+        q.push(j);
+        keep.push(rx);
+        assert_eq!(q.len(), 6);
+        let order: Vec<(String, u32)> = std::iter::from_fn(|| q.pop()).map(|j| tag(&j)).collect();
+        let expect: Vec<(String, u32)> = [
+            ("greedy", 0),
+            ("other", 0),
+            ("third", 0),
+            ("greedy", 1),
+            ("greedy", 2),
+            ("greedy", 3),
+        ]
+        .iter()
+        .map(|(u, n)| (u.to_string(), *n))
+        .collect();
+        assert_eq!(order, expect);
+        assert!(q.is_empty());
+    }
 }

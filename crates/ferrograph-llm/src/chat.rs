@@ -2,10 +2,10 @@
 
 use crate::actor::{load_model, ModelHandle, PromptInput};
 use crate::error::LlmError;
-use crate::options::{GenerateOptions, LoadOptions};
+use crate::options::{GenerateOptions, LoadOptions, ResponseFormat, ToolChoice};
 use crate::sink::TokenSink;
 use async_trait::async_trait;
-use ferrograph_core::message::{Message, TokenUsage};
+use ferrograph_core::message::{Message, TokenUsage, ToolSpec};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use std::marker::PhantomData;
@@ -29,7 +29,9 @@ pub trait ChatModel: Send + Sync {
         sink: Option<TokenSink>,
     ) -> Result<Message, LlmError>;
 
-    /// This model answering with values of `T`, parsed and checked against `T`'s JSON schema.
+    /// This model answering with values of `T`: the call asks for `T`'s JSON schema as its
+    /// `response_format` (local models enforce it by constrained decoding) and the answer is
+    /// parsed into `T`.
     fn with_structured_output<T: JsonSchema + DeserializeOwned>(self) -> StructuredModel<Self, T>
     where
         Self: Sized,
@@ -38,6 +40,70 @@ pub trait ChatModel: Send + Sync {
             model: self,
             _t: PhantomData,
         }
+    }
+
+    /// This model with `tools` bound: every call offers them (as the options' `tools`, with
+    /// `tool_choice` `Auto` unless set with [`ToolBoundModel::tool_choice`]), and answers
+    /// that call tools carry them as the message's `tool_calls` with finish reason
+    /// `tool_calls`. Options that already name tools keep theirs.
+    fn bind_tools(self, tools: Vec<ToolSpec>) -> ToolBoundModel<Self>
+    where
+        Self: Sized,
+    {
+        ToolBoundModel {
+            model: self,
+            tools,
+            choice: ToolChoice::Auto,
+        }
+    }
+}
+
+/// A chat model with tools bound (see [`ChatModel::bind_tools`]).
+#[derive(Clone, Debug)]
+pub struct ToolBoundModel<M> {
+    model: M,
+    tools: Vec<ToolSpec>,
+    choice: ToolChoice,
+}
+
+impl<M> ToolBoundModel<M> {
+    /// Sets whether and which tool the model must call.
+    #[must_use]
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.choice = choice;
+        self
+    }
+
+    /// The bound tools.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    /// The model underneath.
+    pub fn inner(&self) -> &M {
+        &self.model
+    }
+}
+
+#[async_trait]
+impl<M: ChatModel> ChatModel for ToolBoundModel<M> {
+    fn model_name(&self) -> String {
+        self.model.model_name()
+    }
+
+    async fn invoke(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+        sink: Option<TokenSink>,
+    ) -> Result<Message, LlmError> {
+        if !options.tools.is_empty() {
+            return self.model.invoke(messages, options, sink).await;
+        }
+        let mut opts = options.clone();
+        opts.tools = self.tools.clone();
+        opts.tool_choice = self.choice.clone();
+        self.model.invoke(messages, &opts, sink).await
     }
 }
 
@@ -145,9 +211,11 @@ impl ChatModel for LocalChatModel {
         let handle = self.handle().await?;
         let name = handle.info().name.clone();
         let prefix = options.response_prefix.clone().unwrap_or_default();
+        let offered = crate::tool_calls::offered_tools(options)?;
+        let tools = (!offered.is_empty()).then(|| crate::tool_calls::template_tools(&offered));
         let input = PromptInput::Chat {
             messages: messages.to_vec(),
-            tools: None,
+            tools,
             assistant_prefix: prefix.clone(),
         };
         let sink = sink.filter(|s| s.wants_tokens(&name));
@@ -167,26 +235,55 @@ impl ChatModel for LocalChatModel {
         };
         let (result, ()) = tokio::join!(handle.generate(input, options.clone(), tx), forward);
         let generation = result?;
-        let mut msg = Message::ai(format!("{prefix}{}", generation.text));
+        let text = format!("{prefix}{}", generation.text);
+        let (content, calls) = if offered.is_empty() {
+            (text, Vec::new())
+        } else {
+            let complete = if generation.finish_reason == crate::engine::FinishReason::Length {
+                crate::tool_calls::drop_unfinished_call(&text)
+            } else {
+                &text
+            };
+            let (content, calls) = crate::tool_calls::parse_tool_calls(complete)?;
+            crate::tool_calls::check_calls(&calls, options)?;
+            (content, calls)
+        };
+        let called = !calls.is_empty();
+        let mut msg = Message::ai(content);
+        msg.tool_calls = calls;
         msg.name = Some(name.clone());
         msg.usage = Some(TokenUsage {
             prompt_tokens: generation.prompt_tokens as u32,
             completion_tokens: generation.tokens.len() as u32,
             cached_prompt_tokens: generation.cached_prompt_tokens as u32,
         });
-        msg.finish_reason = Some(generation.finish_reason.as_str().to_string());
-        Ok(msg.with_metadata("model", name).with_metadata(
+        msg.finish_reason = Some(if called {
+            "tool_calls".to_string()
+        } else {
+            generation.finish_reason.as_str().to_string()
+        });
+        let mut msg = msg.with_metadata("model", name).with_metadata(
             "time_to_first_token_ms",
             format!("{:.1}", generation.time_to_first_token.as_secs_f64() * 1e3),
-        ))
+        );
+        if let Some(c) = generation.constraint {
+            msg = msg.with_metadata(
+                "constraint_ms",
+                format!("{:.2}", (c.time + c.compile_time).as_secs_f64() * 1e3),
+            );
+        }
+        Ok(msg)
     }
 }
 
 /// A chat model whose answers are values of `T` (see [`ChatModel::with_structured_output`]).
 ///
-/// This is *prompted* structured output: the schema goes into the system prompt, the answer is
-/// started with `{` (or `[`), and the output is parsed and validated against `T`; a mismatch is
-/// [`LlmError::Schema`]. Generation is not constrained token by token.
+/// Each call sets the options' `response_format` to `T`'s JSON schema: local models decode
+/// under that schema's grammar, so the answer is valid JSON of the schema by construction
+/// (unless it runs out of `max_tokens`); remote models get it as the request's
+/// `response_format`. A short sketch of the expected shape is added to the system prompt (it
+/// helps small models choose sensible values), and the answer is parsed into `T`; a mismatch
+/// is [`LlmError::Schema`].
 pub struct StructuredModel<M, T> {
     model: M,
     _t: PhantomData<fn() -> T>,
@@ -198,24 +295,27 @@ impl<M: ChatModel, T: JsonSchema + DeserializeOwned> StructuredModel<M, T> {
         serde_json::to_value(schemars::schema_for!(T)).unwrap_or(serde_json::Value::Null)
     }
 
-    /// Asks for a `T`.
-    pub async fn invoke(
+    /// The model underneath.
+    pub fn inner(&self) -> &M {
+        &self.model
+    }
+
+    /// The messages and options of a call asking for a `T`.
+    pub fn request(
         &self,
         messages: &[Message],
         options: &GenerateOptions,
-    ) -> Result<T, LlmError> {
+    ) -> (Vec<Message>, GenerateOptions) {
         let schema = self.schema();
-        let is_array = schema.get("type").and_then(|t| t.as_str()) == Some("array");
         let instruction = format!(
-            "Answer with one JSON {} that matches this JSON Schema, and nothing else:\n{}",
-            if is_array { "array" } else { "object" },
-            serde_json::to_string(&schema).unwrap_or_default()
+            "Answer with JSON of this shape: {}",
+            schema_hint(&schema, &schema, 0)
         );
         let mut msgs = Vec::with_capacity(messages.len() + 1);
         match messages.first() {
             Some(m) if m.role == ferrograph_core::message::Role::System => {
                 let mut m = m.clone();
-                m.content = format!("{}\n\n{instruction}", m.content);
+                m.content = format!("{}\n{instruction}", m.content);
                 msgs.push(m);
                 msgs.extend_from_slice(&messages[1..]);
             }
@@ -224,10 +324,120 @@ impl<M: ChatModel, T: JsonSchema + DeserializeOwned> StructuredModel<M, T> {
                 msgs.extend_from_slice(messages);
             }
         }
+        let name = schema
+            .get("title")
+            .and_then(|t| t.as_str())
+            .unwrap_or("answer")
+            .to_string();
         let mut opts = options.clone();
-        opts.response_prefix = Some(if is_array { "[" } else { "{" }.to_string());
+        opts.response_format = Some(ResponseFormat::JsonSchema { name, schema });
+        opts.response_prefix = None;
+        (msgs, opts)
+    }
+
+    /// Asks for a `T`.
+    pub async fn invoke(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+    ) -> Result<T, LlmError> {
+        let (msgs, opts) = self.request(messages, options);
         let answer = self.model.invoke(&msgs, &opts, None).await?;
-        parse_structured(&answer.content)
+        match serde_json::from_str::<T>(answer.content.trim()) {
+            Ok(v) => Ok(v),
+            Err(e) if answer.finish_reason.as_deref() == Some("length") => Err(LlmError::Schema {
+                message: format!("the answer was cut off at max_tokens: {e}"),
+                output: answer.content,
+            }),
+            Err(_) => parse_structured(&answer.content),
+        }
+    }
+}
+
+/// A compact sketch of the JSON a schema describes, for prompts: `{"name": string, "tags":
+/// [string], "kind": "a" | "b"}`. Local `$ref`s are followed (a few levels deep).
+pub fn schema_hint(schema: &serde_json::Value, root: &serde_json::Value, depth: usize) -> String {
+    use serde_json::Value;
+    if depth > 4 {
+        return "...".into();
+    }
+    let Some(obj) = schema.as_object() else {
+        return "any".into();
+    };
+    if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
+        let target = r
+            .strip_prefix('#')
+            .and_then(|p| root.pointer(p))
+            .unwrap_or(&Value::Null);
+        return schema_hint(target, root, depth + 1);
+    }
+    if let Some(Value::Array(vals)) = obj.get("enum") {
+        return vals
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(" | ");
+    }
+    if let Some(c) = obj.get("const") {
+        return c.to_string();
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(alts)) = obj.get(key) {
+            let parts: Vec<String> = alts
+                .iter()
+                .map(|a| schema_hint(a, root, depth + 1))
+                .collect();
+            return parts.join(" | ");
+        }
+    }
+    let types: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ if obj.contains_key("properties") => vec!["object"],
+        _ => vec![],
+    };
+    let mut parts = Vec::new();
+    for t in &types {
+        parts.push(match *t {
+            "object" => {
+                let props = obj.get("properties").and_then(Value::as_object);
+                let fields: Vec<String> = props
+                    .map(|p| {
+                        p.iter()
+                            .map(|(k, v)| format!("\"{k}\": {}", schema_hint(v, root, depth + 1)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                format!("{{{}}}", fields.join(", "))
+            }
+            "array" => format!(
+                "[{}]",
+                obj.get("items")
+                    .map(|i| schema_hint(i, root, depth + 1))
+                    .unwrap_or_else(|| "any".into())
+            ),
+            "integer" | "number" => {
+                let min = obj
+                    .get("minimum")
+                    .map(|v| v.to_string())
+                    .unwrap_or_default();
+                let max = obj
+                    .get("maximum")
+                    .map(|v| v.to_string())
+                    .unwrap_or_default();
+                if min.is_empty() && max.is_empty() {
+                    (*t).to_string()
+                } else {
+                    format!("{t} {min}..{max}")
+                }
+            }
+            other => other.to_string(),
+        });
+    }
+    if parts.is_empty() {
+        "any".into()
+    } else {
+        parts.join(" | ")
     }
 }
 
@@ -283,6 +493,31 @@ mod tests {
     struct City {
         name: String,
         population: u64,
+    }
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    enum Color {
+        Red,
+        Green,
+    }
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Item {
+        color: Color,
+        tags: Vec<String>,
+        count: Option<u8>,
+    }
+
+    #[test]
+    fn schema_hint_sketches_shape() {
+        let schema = serde_json::to_value(schemars::schema_for!(Item)).unwrap_or_default();
+        let hint = schema_hint(&schema, &schema, 0);
+        assert_eq!(
+            hint,
+            "{\"color\": \"Red\" | \"Green\", \"tags\": [string], \"count\": integer 0..255 | null}"
+        );
     }
 
     #[test]

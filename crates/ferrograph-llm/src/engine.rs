@@ -52,6 +52,8 @@ pub struct Shared {
     pub specials: SpecialTokens,
     /// The chat template.
     pub template: ChatTemplate,
+    /// Constrained-decoding machinery (token trie, parser factory), built on first use.
+    pub constraints: crate::constrain::Constraints,
 }
 
 impl Shared {
@@ -197,6 +199,8 @@ pub struct Generation {
     pub time_to_first_token: Duration,
     /// Time spent generating after the first token.
     pub decode_time: Duration,
+    /// Work done by the output grammar, when the call was constrained.
+    pub constraint: Option<crate::constrain::ConstraintStats>,
 }
 
 struct PrefixEntry {
@@ -328,6 +332,14 @@ impl Engine {
         };
 
         let device = options.device.device()?;
+        // Weights are read through a counting reader: a progress bar on a terminal, or the
+        // callback set with `progress::set_load_progress`.
+        let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut file = crate::progress::ProgressReader::new(
+            file,
+            total,
+            crate::progress::current(&fetch_name(path)),
+        );
         let bad = |e: candle_core::Error| LlmError::invalid(path, e);
         let weights =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match arch.as_str() {
@@ -345,6 +357,7 @@ impl Engine {
             .map_err(|_| LlmError::invalid(path, "model loader panicked on malformed input"))?
             .map_err(bad)?;
 
+        file.finish();
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -364,6 +377,7 @@ impl Engine {
                 tokenizer,
                 specials,
                 template,
+                constraints: Default::default(),
             }),
             base: Some(weights),
             device,
@@ -538,10 +552,46 @@ impl Engine {
         let mut ttft = None;
         let mut finish = FinishReason::Length;
         let decode_start = Instant::now();
-        while generated.len() < options.max_tokens {
+        // The output grammar, when the options ask for one: the mask is applied before each
+        // sampling step and the tokens it forces are fed without sampling.
+        let mut constraint = crate::constrain::for_request(&shared, options)?;
+        // Tokens chosen but not yet output nor fed to the model.
+        let mut pending: Vec<u32> = match constraint.as_mut() {
+            Some(c) => c.forced(options.max_tokens.min(max_ctx.saturating_sub(pos + 1)))?,
+            None => Vec::new(),
+        };
+        'generate: loop {
+            if !pending.is_empty() {
+                for &tok in &pending {
+                    generated.push(tok);
+                    history.push(tok);
+                    if let Some(piece) = detok.push(&shared, tok)? {
+                        if stops.push(&piece, on_piece) {
+                            finish = FinishReason::Stop;
+                            break 'generate;
+                        }
+                    }
+                }
+                if constraint.as_ref().is_some_and(|c| c.is_finished()) {
+                    finish = FinishReason::Stop;
+                    break;
+                }
+                if generated.len() >= options.max_tokens || pos + pending.len() >= max_ctx {
+                    break;
+                }
+                logits = self.logits(w, &pending, pos)?;
+                pos += pending.len();
+                pending.clear();
+            }
+            if generated.len() >= options.max_tokens {
+                break;
+            }
             if cancelled() {
                 finish = FinishReason::Cancelled;
                 break;
+            }
+            if let Some(c) = constraint.as_mut() {
+                c.apply(&mut logits)?;
             }
             let tok = sampler.sample(&mut logits, &history);
             if ttft.is_none() {
@@ -551,19 +601,15 @@ impl Engine {
                 finish = FinishReason::Stop;
                 break;
             }
-            generated.push(tok);
-            history.push(tok);
-            if let Some(piece) = detok.push(&shared, tok)? {
-                if stops.push(&piece, on_piece) {
-                    finish = FinishReason::Stop;
-                    break;
-                }
+            pending.push(tok);
+            if let Some(c) = constraint.as_mut() {
+                c.commit(tok)?;
+                let room = options
+                    .max_tokens
+                    .saturating_sub(generated.len() + 1)
+                    .min(max_ctx.saturating_sub(pos + 2));
+                pending.extend(c.forced(room)?);
             }
-            if generated.len() >= options.max_tokens || pos + 1 >= max_ctx {
-                break;
-            }
-            logits = self.logits(w, &[tok], pos)?;
-            pos += 1;
         }
         if finish != FinishReason::Stop {
             if let Some(rest) = detok.flush(&shared)? {
@@ -593,6 +639,7 @@ impl Engine {
             prefill_time,
             time_to_first_token: ttft.unwrap_or_else(|| started.elapsed()),
             decode_time: decode_start.elapsed(),
+            constraint: constraint.map(|c| c.stats()),
         })
     }
 

@@ -6,13 +6,17 @@
 //! - [`LocalChatModel`]: a GGUF model run by candle's quantized models, chosen by
 //!   `general.architecture` (see [`SUPPORTED_ARCHITECTURES`]), with its tokenizer built from
 //!   the GGUF metadata and its chat template rendered by minijinja. Each loaded model lives in
-//!   one model actor ([`ModelHandle`]) that serves requests in FIFO order; models are loaded
-//!   once per process.
+//!   one model actor ([`ModelHandle`]) that serves waiting requests round-robin between
+//!   callers ([`GenerateOptions::user`]); models are loaded lazily, once per process, with a
+//!   progress bar on a terminal ([`progress`]).
 //! - Sampling: greedy, temperature, top-k, top-p, repetition penalty, seed, stop strings, max
 //!   tokens, `max_context` ([`GenerateOptions`]). Prompt prefixes (a shared system prompt, the
 //!   previous turn) are reused across calls from KV snapshots.
-//! - [`ChatModel::with_structured_output`]: prompted JSON output parsed into a Rust type
-//!   (not yet constrained decoding).
+//! - Constrained decoding ([`constrain`], llguidance over a toktrie token trie built from the
+//!   model's vocabulary): [`ChatModel::with_structured_output`] asks for a type's JSON schema
+//!   as `response_format` and the local model can only produce JSON of that schema;
+//!   [`ChatModel::bind_tools`] (or the options' `tools` and `tool_choice`) holds the output to
+//!   calls of the bound tools ([`tool_calls`]), returned as the message's `tool_calls`.
 //! - [`manifest`]: `models/models.toml`, listing, verifying and fetching models.
 //! - [`bench_llm`]: load time, time to first token, prefill/decode speed, peak RSS.
 //!
@@ -22,12 +26,14 @@
 pub mod actor;
 pub mod bench;
 pub mod chat;
+pub mod constrain;
 pub mod engine;
 pub mod error;
 pub mod fallback;
 pub mod manifest;
 pub mod options;
 pub mod parallel;
+pub mod progress;
 pub mod prompt;
 pub mod provider;
 #[cfg(feature = "remote")]
@@ -37,10 +43,12 @@ pub mod sampling;
 pub mod sink;
 pub mod template;
 pub mod tokenizer;
+pub mod tool_calls;
 
 pub use actor::{load_model, ModelHandle, PromptInput};
 pub use bench::{bench_llm, BenchReport};
-pub use chat::{parse_structured, ChatModel, LocalChatModel, StructuredModel};
+pub use chat::{parse_structured, ChatModel, LocalChatModel, StructuredModel, ToolBoundModel};
+pub use constrain::{ConstraintStats, GrammarSpec};
 pub use engine::{Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES};
 pub use error::LlmError;
 pub use fallback::{ChatModelExt, FallbackModel};

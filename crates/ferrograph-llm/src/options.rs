@@ -41,6 +41,14 @@ pub struct GenerateOptions {
     pub tools: Vec<ToolSpec>,
     /// Whether and which tool the model must call (only meaningful with `tools`).
     pub tool_choice: ToolChoice,
+    /// Whether one answer may call several tools (OpenAI's `parallel_tool_calls`, default
+    /// true). Small models tend to repeat a call until `max_tokens`; `false` ends the answer
+    /// after the first call.
+    pub parallel_tool_calls: bool,
+    /// Who the request is for (OpenAI's `user`). A local model's actor serves waiting
+    /// requests round-robin between users, so one busy caller cannot starve the others; when
+    /// unset, each calling tokio task (or thread) counts as its own user.
+    pub user: Option<String>,
 }
 
 /// The shape of a structured answer.
@@ -91,6 +99,8 @@ impl Default for GenerateOptions {
             response_format: None,
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
+            user: None,
         }
     }
 }
@@ -163,6 +173,43 @@ impl GenerateOptions {
     #[must_use]
     pub fn max_context(mut self, n: usize) -> Self {
         self.max_context = n;
+        self
+    }
+
+    /// Asks for an answer of this shape (see [`ResponseFormat`]).
+    #[must_use]
+    pub fn response_format(mut self, format: ResponseFormat) -> Self {
+        self.response_format = Some(format);
+        self
+    }
+
+    /// Asks for JSON matching `schema` (a [`ResponseFormat::JsonSchema`] named `name`).
+    #[must_use]
+    pub fn json_schema(self, name: impl Into<String>, schema: serde_json::Value) -> Self {
+        self.response_format(ResponseFormat::JsonSchema {
+            name: name.into(),
+            schema,
+        })
+    }
+
+    /// Binds tools the model may call.
+    #[must_use]
+    pub fn tools(mut self, tools: Vec<ToolSpec>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets whether and which tool the model must call.
+    #[must_use]
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+
+    /// Sets whether one answer may call several tools.
+    #[must_use]
+    pub fn parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.parallel_tool_calls = parallel;
         self
     }
 

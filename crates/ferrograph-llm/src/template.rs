@@ -100,19 +100,68 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// Renders `messages` (and optionally tool definitions as JSON schemas) into a prompt;
+    /// Whether the template renders tool definitions itself (it refers to `tools`).
+    pub fn renders_tools(&self) -> bool {
+        self.source.contains("tools")
+    }
+
+    /// Renders `messages` (and optionally tool definitions, OpenAI-shaped
+    /// `{"type": "function", "function": {...}}` values) into a prompt;
     /// `add_generation_prompt` opens the assistant's turn.
+    ///
+    /// A template that does not render tools gets them as a section of the system prompt
+    /// ([`crate::tool_calls::tools_prompt`]), and earlier tool calls of AI messages as
+    /// `<tool_call>` blocks in their content, so the model sees the same format it is
+    /// constrained to.
     pub fn render(
         &self,
         messages: &[Message],
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, LlmError> {
-        let msgs: Vec<TemplateMessage<'_>> = messages
+        let tools = tools.filter(|t| !t.is_empty());
+        let fold = !self.renders_tools();
+        let mut contents: Vec<std::borrow::Cow<'_, str>> = messages
             .iter()
-            .map(|m| TemplateMessage {
+            .map(|m| {
+                if fold && !m.tool_calls.is_empty() {
+                    let mut c = m.content.clone();
+                    for call in &m.tool_calls {
+                        if !c.is_empty() {
+                            c.push('\n');
+                        }
+                        c.push_str(&crate::tool_calls::format_call(call));
+                    }
+                    std::borrow::Cow::Owned(c)
+                } else {
+                    std::borrow::Cow::Borrowed(m.content.as_str())
+                }
+            })
+            .collect();
+        let mut system_owned = None;
+        if let (true, Some(tools)) = (fold, tools) {
+            let section = crate::tool_calls::tools_prompt(tools);
+            match messages.first() {
+                Some(m) if m.role == Role::System => {
+                    contents[0] = std::borrow::Cow::Owned(format!("{}\n\n{section}", m.content));
+                }
+                _ => system_owned = Some(section),
+            }
+        }
+        let mut msgs: Vec<TemplateMessage<'_>> = Vec::with_capacity(messages.len() + 1);
+        if let Some(section) = system_owned.as_deref() {
+            msgs.push(TemplateMessage {
+                role: "system",
+                content: section,
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                name: None,
+            });
+        }
+        msgs.extend(messages.iter().zip(contents.iter()).map(|(m, content)| {
+            TemplateMessage {
                 role: role_name(m.role),
-                content: &m.content,
+                content,
                 tool_calls: m
                     .tool_calls
                     .iter()
@@ -127,8 +176,8 @@ impl ChatTemplate {
                     .collect(),
                 tool_call_id: m.tool_call_id.as_deref(),
                 name: m.name.as_deref(),
-            })
-            .collect();
+            }
+        }));
         let tmpl = self
             .env
             .get_template("chat")

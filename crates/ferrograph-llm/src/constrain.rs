@@ -1,0 +1,568 @@
+//! Constrained decoding with llguidance: the model's output is held to a grammar token by
+//! token, so structured answers are valid by construction rather than by luck.
+//!
+//! - [`token_bytes`] turns the model's vocabulary (byte-level BPE `gpt2` or SentencePiece
+//!   `llama` with byte fallback, added and special tokens included) into the bytes each token
+//!   stands for; [`Constraints`] builds a toktrie token trie and an llguidance parser factory
+//!   from it, once per model and only when a constrained request first needs it.
+//! - [`GrammarSpec::for_options`] picks the grammar a request asks for: a JSON Schema
+//!   (`response_format`) or the tool-call grammar of [`crate::tool_calls`] (`tools` with a
+//!   `tool_choice` other than `None`).
+//! - [`Constraint`] drives one generation: before each sampling step the allowed-token mask is
+//!   computed and every other logit set to −∞ (greedy and sampled decoding alike), tokens the
+//!   grammar forces are fed without sampling, and the generation stops when the grammar is
+//!   complete.
+//!
+//! JSON is generated compactly (`", "` and `": "` separators, no free whitespace), which keeps
+//! small models from wandering into whitespace. Schema keywords llguidance does not implement
+//! are ignored with a warning (`lenient`), and callers parse the result into their type, so a
+//! schema the grammar cannot fully express still ends in a typed check.
+
+use crate::error::LlmError;
+use crate::options::GenerateOptions;
+use crate::tokenizer::SpecialTokens;
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::Tokenizer;
+
+/// Options of the JSON grammar compiler, embedded as `x-guidance` in every schema.
+fn json_options() -> serde_json::Value {
+    serde_json::json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+        "lenient": true,
+    })
+}
+
+/// `schema` with the compiler options of this module (an existing `x-guidance` is kept).
+pub fn with_json_options(schema: &serde_json::Value) -> serde_json::Value {
+    let mut s = match schema {
+        serde_json::Value::Object(_) => schema.clone(),
+        // `true` (anything) or a malformed schema: any JSON value.
+        _ => serde_json::json!({}),
+    };
+    if let Some(map) = s.as_object_mut() {
+        map.entry("x-guidance").or_insert_with(json_options);
+    }
+    s
+}
+
+/// How a vocabulary's token strings map to bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VocabKind {
+    /// GPT-2 style byte-level BPE: each byte is one printable character.
+    ByteLevel,
+    /// SentencePiece: `▁` is a space and `<0xNN>` tokens are single bytes.
+    SentencePiece,
+}
+
+fn vocab_kind(tokenizer: &Tokenizer) -> Option<VocabKind> {
+    if matches!(tokenizer.get_decoder(), Some(DecoderWrapper::ByteLevel(_))) {
+        return Some(VocabKind::ByteLevel);
+    }
+    if tokenizer.token_to_id("<0x0A>").is_some() || tokenizer.token_to_id("▁").is_some() {
+        return Some(VocabKind::SentencePiece);
+    }
+    None
+}
+
+/// GPT-2's byte-to-character table, inverted: printable bytes stand for themselves, the others
+/// are shifted past U+0100 in order.
+fn byte_level_chars() -> HashMap<char, u8> {
+    let mut map = HashMap::with_capacity(256);
+    let mut shifted = 0x100u32;
+    for b in 0..=255u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let c = if printable {
+            char::from(b)
+        } else {
+            let c = char::from_u32(shifted).unwrap_or(char::REPLACEMENT_CHARACTER);
+            shifted += 1;
+            c
+        };
+        map.insert(c, b);
+    }
+    map
+}
+
+fn sentencepiece_byte(tok: &str) -> Option<u8> {
+    let hex = tok.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// The bytes each token id of `tokenizer` stands for. Special (control) tokens are prefixed
+/// with toktrie's `0xFF` marker so that no grammar text can produce them; ids without a token
+/// are empty (never allowed).
+pub fn token_bytes(tokenizer: &Tokenizer) -> Result<Vec<Vec<u8>>, LlmError> {
+    let kind = vocab_kind(tokenizer).ok_or_else(|| {
+        LlmError::Validation(
+            "constrained decoding needs a byte-level BPE or SentencePiece vocabulary".into(),
+        )
+    })?;
+    let n = tokenizer.get_vocab_size(true);
+    let added = tokenizer.get_added_tokens_decoder();
+    let chars = byte_level_chars();
+    let mut out = Vec::with_capacity(n);
+    for id in 0..n {
+        let id32 = u32::try_from(id).unwrap_or(u32::MAX);
+        if let Some(t) = added.get(&id32) {
+            let mut b = Vec::with_capacity(t.content.len() + 1);
+            if t.special {
+                b.push(TokTrie::SPECIAL_TOKEN_MARKER);
+            }
+            b.extend_from_slice(t.content.as_bytes());
+            out.push(b);
+            continue;
+        }
+        let Some(tok) = tokenizer.id_to_token(id32) else {
+            out.push(Vec::new());
+            continue;
+        };
+        let bytes = match kind {
+            VocabKind::ByteLevel => {
+                let mapped: Option<Vec<u8>> = tok.chars().map(|c| chars.get(&c).copied()).collect();
+                // A token outside the byte alphabet is taken literally.
+                mapped.unwrap_or_else(|| tok.as_bytes().to_vec())
+            }
+            VocabKind::SentencePiece => match sentencepiece_byte(&tok) {
+                Some(b) => vec![b],
+                None => tok.replace('▁', " ").into_bytes(),
+            },
+        };
+        out.push(bytes);
+    }
+    Ok(out)
+}
+
+/// The tokenizer as llguidance sees it: the token trie plus our tokenizer for forced text.
+struct Env {
+    trie: TokTrie,
+    tokenizer: Tokenizer,
+    canonical: bool,
+}
+
+impl TokenizerEnv for Env {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        if self.canonical {
+            if let Ok(text) = std::str::from_utf8(s) {
+                if let Ok(enc) = self.tokenizer.encode(text, false) {
+                    return enc.get_ids().to_vec();
+                }
+            }
+        }
+        self.trie.greedy_tokenize(s)
+    }
+
+    fn tokenize_is_canonical(&self) -> bool {
+        self.canonical
+    }
+}
+
+/// The token environment of a model: its trie (with every stop token as end-of-sequence).
+pub fn tok_env(tokenizer: &Tokenizer, specials: &SpecialTokens) -> Result<TokEnv, LlmError> {
+    let words = token_bytes(tokenizer)?;
+    let vocab = u32::try_from(words.len())
+        .map_err(|_| LlmError::Validation("vocabulary too large".into()))?;
+    let mut eos: Vec<u32> = specials
+        .stop_ids
+        .iter()
+        .copied()
+        .chain(specials.eos)
+        .filter(|t| *t < vocab)
+        .collect();
+    eos.sort_unstable();
+    eos.dedup();
+    let first = *eos.first().ok_or_else(|| {
+        LlmError::Validation("constrained decoding needs an end-of-sequence token".into())
+    })?;
+    // Byte-level BPE from the tokenizer library is canonical; SentencePiece normalizers may
+    // prepend a space, so forced text is tokenized greedily from the trie instead.
+    let canonical = vocab_kind(tokenizer) == Some(VocabKind::ByteLevel);
+    let trie = std::panic::catch_unwind(|| {
+        TokTrie::from(&TokRxInfo::new(vocab, first), &words).with_eos_tokens(&eos)
+    })
+    .map_err(|_| LlmError::Validation("cannot build a token trie for this vocabulary".into()))?;
+    Ok(Arc::new(Env {
+        trie,
+        tokenizer: tokenizer.clone(),
+        canonical,
+    }))
+}
+
+/// A model's constrained-decoding machinery, built on first use (building the trie and the
+/// parser factory's token slices takes a moment) and shared by all its requests.
+#[derive(Default)]
+pub struct Constraints {
+    factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+}
+
+impl std::fmt::Debug for Constraints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraints")
+            .field("built", &self.factory.get().is_some())
+            .finish()
+    }
+}
+
+impl Constraints {
+    /// The parser factory for this tokenizer, built once.
+    pub fn factory(
+        &self,
+        tokenizer: &Tokenizer,
+        specials: &SpecialTokens,
+    ) -> Result<Arc<ParserFactory>, LlmError> {
+        self.factory
+            .get_or_init(|| {
+                let env = tok_env(tokenizer, specials).map_err(|e| e.to_string())?;
+                let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+                f.quiet();
+                Ok(Arc::new(f))
+            })
+            .clone()
+            .map_err(LlmError::Validation)
+    }
+}
+
+/// The grammar a request's output must follow.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum GrammarSpec {
+    /// A JSON value matching the schema.
+    JsonSchema(serde_json::Value),
+    /// A Lark grammar (llguidance's dialect; `%json {...}` embeds a schema).
+    Lark(String),
+}
+
+impl GrammarSpec {
+    /// The grammar `options` ask for: tool calls when tools are bound (and `tool_choice` is
+    /// not `None`), else the `response_format`'s JSON, else none (free text).
+    pub fn for_options(options: &GenerateOptions) -> Result<Option<GrammarSpec>, LlmError> {
+        if let Some(g) = crate::tool_calls::tool_grammar(options)? {
+            return Ok(Some(GrammarSpec::Lark(g)));
+        }
+        Ok(crate::tool_calls::response_schema(options).map(GrammarSpec::JsonSchema))
+    }
+
+    fn to_llguidance(&self) -> TopLevelGrammar {
+        match self {
+            GrammarSpec::JsonSchema(s) => TopLevelGrammar::from_json_schema(with_json_options(s)),
+            GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        }
+    }
+}
+
+/// The constraint for one request of a loaded model: `None` when `options` ask for free text.
+/// A `response_prefix` (already part of the prompt) is consumed by the grammar first; a
+/// prefix the grammar rejects is a validation error.
+pub fn for_request(
+    shared: &crate::engine::Shared,
+    options: &GenerateOptions,
+) -> Result<Option<Constraint>, LlmError> {
+    let Some(grammar) = GrammarSpec::for_options(options)? else {
+        return Ok(None);
+    };
+    let factory = shared
+        .constraints
+        .factory(&shared.tokenizer, &shared.specials)?;
+    let mut c = Constraint::new(&factory, &grammar)?;
+    if let Some(prefix) = options.response_prefix.as_deref().filter(|p| !p.is_empty()) {
+        let toks = shared.encode(prefix)?;
+        let taken = c.matcher.try_consume_tokens(&toks).unwrap_or(0);
+        if taken != toks.len() {
+            return Err(LlmError::Validation(format!(
+                "response_prefix {prefix:?} does not fit the output grammar"
+            )));
+        }
+    }
+    Ok(Some(c))
+}
+
+/// Time and work spent on the constraint during one generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ConstraintStats {
+    /// Time to compile the grammar into a parser.
+    pub compile_time: Duration,
+    /// Time spent computing masks, applying them and advancing the parser.
+    pub time: Duration,
+    /// Masks computed (sampled tokens).
+    pub masks: usize,
+    /// Tokens the grammar forced (fed without sampling).
+    pub forced_tokens: usize,
+}
+
+impl ConstraintStats {
+    /// Milliseconds of constraint work per generated token.
+    pub fn ms_per_token(&self) -> f64 {
+        let n = self.masks + self.forced_tokens;
+        if n == 0 {
+            0.0
+        } else {
+            self.time.as_secs_f64() * 1e3 / n as f64
+        }
+    }
+}
+
+/// The grammar state of one generation.
+pub struct Constraint {
+    matcher: Matcher,
+    mask: Option<SimpleVob>,
+    stats: ConstraintStats,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn grammar_error(e: impl std::fmt::Display) -> LlmError {
+    LlmError::Validation(format!("cannot compile the output grammar: {e}"))
+}
+
+impl Constraint {
+    /// A constraint for `grammar` over the factory's vocabulary.
+    pub fn new(factory: &ParserFactory, grammar: &GrammarSpec) -> Result<Self, LlmError> {
+        let start = Instant::now();
+        let parser = factory
+            .create_parser(grammar.to_llguidance())
+            .map_err(grammar_error)?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(grammar_error(e));
+        }
+        Ok(Constraint {
+            matcher,
+            mask: None,
+            stats: ConstraintStats {
+                compile_time: start.elapsed(),
+                ..ConstraintStats::default()
+            },
+        })
+    }
+
+    fn failed(&self) -> LlmError {
+        LlmError::Backend(format!(
+            "constraint failed: {}",
+            self.matcher
+                .get_error()
+                .unwrap_or_else(|| "unknown error".into())
+        ))
+    }
+
+    /// Sets every logit the grammar does not allow to −∞ (ids past the vocabulary too).
+    pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), LlmError> {
+        let start = Instant::now();
+        let mask = match self.matcher.compute_mask() {
+            Ok(m) => m,
+            Err(_) => return Err(self.failed()),
+        };
+        if mask.is_zero() {
+            return Err(LlmError::Backend(
+                "constraint allows no token (the grammar is unsatisfiable here)".into(),
+            ));
+        }
+        let words = mask.as_slice();
+        for (w, chunk) in logits.chunks_mut(32).enumerate() {
+            let bits = words.get(w).copied().unwrap_or(0);
+            if bits == u32::MAX {
+                continue;
+            }
+            for (i, l) in chunk.iter_mut().enumerate() {
+                if bits & (1 << i) == 0 {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        self.mask = Some(mask);
+        self.stats.masks += 1;
+        self.stats.time += start.elapsed();
+        Ok(())
+    }
+
+    /// Whether `tok` was allowed by the last mask.
+    pub fn allowed(&self, tok: u32) -> bool {
+        self.mask.as_ref().is_none_or(|m| m.is_allowed(tok))
+    }
+
+    /// Advances the grammar by a sampled token.
+    pub fn commit(&mut self, tok: u32) -> Result<(), LlmError> {
+        let start = Instant::now();
+        if self.matcher.consume_token(tok).is_err() {
+            return Err(self.failed());
+        }
+        self.mask = None;
+        self.stats.time += start.elapsed();
+        Ok(())
+    }
+
+    /// Tokens the grammar forces next (consumed by the grammar already; feed them to the
+    /// model and output them without sampling). At most `limit` are taken.
+    pub fn forced(&mut self, limit: usize) -> Result<Vec<u32>, LlmError> {
+        if limit == 0 || self.matcher.is_stopped() {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let mut toks = self.matcher.compute_ff_tokens();
+        toks.truncate(limit);
+        if !toks.is_empty() && self.matcher.consume_tokens(&toks).is_err() {
+            return Err(self.failed());
+        }
+        if self.matcher.is_error() {
+            return Err(self.failed());
+        }
+        self.stats.forced_tokens += toks.len();
+        self.stats.time += start.elapsed();
+        Ok(toks)
+    }
+
+    /// Whether the grammar is complete and allows nothing more (the output is finished).
+    pub fn is_finished(&self) -> bool {
+        self.matcher.is_stopped() && !self.matcher.is_error()
+    }
+
+    /// Whether the output so far is a complete sentence of the grammar.
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+
+    /// Time and work spent so far.
+    pub fn stats(&self) -> ConstraintStats {
+        self.stats
+    }
+}
+
+/// Cost of constrained decoding on one model (see [`bench_constraint`]).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ConstraintBench {
+    /// Time to build the token trie and parser factory (once per model, on first use).
+    pub setup_ms: f64,
+    /// Time to compile the benchmark's JSON schema into a parser (per request).
+    pub compile_ms: f64,
+    /// Tokens generated under the constraint (median run).
+    pub tokens: usize,
+    /// Of which forced by the grammar (fed without sampling).
+    pub forced_tokens: usize,
+    /// Mask computation, masking and parser updates per generated token.
+    pub constraint_ms_per_token: f64,
+    /// Decode time per token with the constraint (everything after the first token).
+    pub decode_ms_per_token_constrained: f64,
+    /// Decode time per token of the same prompt without a constraint.
+    pub decode_ms_per_token_free: f64,
+}
+
+/// Measures the constraint's overhead on `engine`: greedy generation of a JSON object for a
+/// fixed prompt, with the schema as `response_format` and without it, `runs` times each (after
+/// one warm-up), reporting medians.
+pub fn bench_constraint(
+    engine: &mut crate::engine::Engine,
+    runs: usize,
+) -> Result<ConstraintBench, LlmError> {
+    let shared = engine.shared();
+    let t = Instant::now();
+    let factory = shared
+        .constraints
+        .factory(&shared.tokenizer, &shared.specials)?;
+    let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "country": {"type": "string"},
+            "population": {"type": "integer", "minimum": 0},
+            "landmarks": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        },
+        "required": ["name", "country", "population", "landmarks"],
+    });
+    let t = Instant::now();
+    Constraint::new(&factory, &GrammarSpec::JsonSchema(schema.clone()))?;
+    let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+    let messages = [
+        ferrograph_core::message::Message::system("Answer in JSON."),
+        ferrograph_core::message::Message::human("Describe the city of Paris in detail."),
+    ];
+    let (prompt, _) = shared.chat_prompt(&messages, None, "")?;
+    let constrained = GenerateOptions::greedy()
+        .max_tokens(96)
+        .json_schema("city", schema);
+    let free = GenerateOptions::greedy().max_tokens(96);
+    let per_token = |g: &crate::engine::Generation| {
+        g.decode_time.as_secs_f64() * 1e3 / (g.tokens.len().max(2) - 1) as f64
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let mut c_runs = Vec::new();
+    let mut f_runs = Vec::new();
+    for i in 0..=runs.max(1) {
+        let c = engine.generate(&prompt, None, &constrained, &mut |_| {}, &|| false)?;
+        let f = engine.generate(&prompt, None, &free, &mut |_| {}, &|| false)?;
+        if i > 0 {
+            c_runs.push(c);
+            f_runs.push(f);
+        }
+    }
+    c_runs.sort_by(|a, b| per_token(a).total_cmp(&per_token(b)));
+    let mid = c_runs.get(c_runs.len() / 2);
+    let stats = mid.and_then(|g| g.constraint).unwrap_or_default();
+    Ok(ConstraintBench {
+        setup_ms,
+        compile_ms,
+        tokens: mid.map(|g| g.tokens.len()).unwrap_or(0),
+        forced_tokens: stats.forced_tokens,
+        constraint_ms_per_token: median(
+            c_runs
+                .iter()
+                .filter_map(|g| g.constraint.map(|s| s.ms_per_token()))
+                .collect(),
+        ),
+        decode_ms_per_token_constrained: median(c_runs.iter().map(per_token).collect()),
+        decode_ms_per_token_free: median(f_runs.iter().map(per_token).collect()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_level_table_covers_all_bytes() {
+        let t = byte_level_chars();
+        assert_eq!(t.len(), 256);
+        assert_eq!(t.get(&'Ġ'), Some(&b' '));
+        assert_eq!(t.get(&'Ċ'), Some(&b'\n'));
+        assert_eq!(t.get(&'a'), Some(&b'a'));
+    }
+
+    #[test]
+    fn sentencepiece_bytes() {
+        assert_eq!(sentencepiece_byte("<0x0A>"), Some(b'\n'));
+        assert_eq!(sentencepiece_byte("<0xFF>"), Some(0xFF));
+        assert_eq!(sentencepiece_byte("<0x0>"), None);
+        assert_eq!(sentencepiece_byte("hello"), None);
+    }
+
+    #[test]
+    fn json_options_are_added() {
+        let s = with_json_options(&serde_json::json!({"type": "object"}));
+        assert_eq!(s["x-guidance"]["whitespace_flexible"], false);
+        let keep = with_json_options(&serde_json::json!({"x-guidance": {"lenient": false}}));
+        assert_eq!(keep["x-guidance"]["lenient"], false);
+        assert!(with_json_options(&serde_json::json!(true)).is_object());
+    }
+}
