@@ -677,3 +677,48 @@ fn constraint_overhead() {
     let b = ferrograph_llm::constrain::bench_constraint(&mut engine, 3).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&b).unwrap());
 }
+
+/// Times the constraint alone (mask computation, masking, parser update) per token while
+/// replaying a fixed valid answer, independent of the model's speed.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn constraint_cost_per_token() {
+    let Some(_) = model() else { return };
+    let path = ensure_model(DEFAULT_CHAT_MODEL).unwrap();
+    let engine =
+        ferrograph_llm::Engine::load(&path, &ferrograph_llm::LoadOptions::default()).unwrap();
+    let shared = engine.shared();
+    let t = std::time::Instant::now();
+    let factory = shared
+        .constraints
+        .factory(&shared.tokenizer, &shared.specials)
+        .unwrap();
+    let setup = t.elapsed();
+    let schema = serde_json::to_value(schemars::schema_for!(Order)).unwrap();
+    let answer = r#"{"items": [{"product": "apples", "quantity": 2}, {"product": "bananas", "quantity": 3}], "express": true}"#;
+    let tokens = shared.encode(answer).unwrap();
+    let mut logits = vec![0.0f32; shared.info.vocab_size];
+    let mut per_run = Vec::new();
+    for _ in 0..20 {
+        let mut c = ferrograph_llm::constrain::Constraint::new(
+            &factory,
+            &ferrograph_llm::GrammarSpec::JsonSchema(schema.clone()),
+        )
+        .unwrap();
+        let t = std::time::Instant::now();
+        for &tok in &tokens {
+            c.apply(&mut logits).unwrap();
+            assert!(c.allowed(tok), "token {tok} rejected");
+            c.commit(tok).unwrap();
+        }
+        per_run.push(t.elapsed().as_secs_f64() * 1e3 / tokens.len() as f64);
+    }
+    per_run.sort_by(f64::total_cmp);
+    eprintln!(
+        "setup {:.0} ms; {} tokens; constraint {:.3} ms/token (median of 20, min {:.3})",
+        setup.as_secs_f64() * 1e3,
+        tokens.len(),
+        per_run[per_run.len() / 2],
+        per_run[0]
+    );
+}
