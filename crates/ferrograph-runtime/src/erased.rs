@@ -38,7 +38,8 @@ pub struct JsonEvent {
 /// How a JSON run ended.
 #[derive(Clone, Debug, Serialize)]
 pub struct JsonOutcome {
-    /// `done`, `interrupted` or `drained`.
+    /// `done`, `interrupted` or `drained` (workflows may add their own, such as
+    /// `timed_out`).
     pub status: &'static str,
     /// The state.
     pub state: Value,
@@ -100,6 +101,46 @@ impl JsonRun {
     /// Waits for the end of the run.
     pub async fn outcome(self) -> Result<JsonOutcome, RunError> {
         self.inner.outcome().await
+    }
+
+    /// The same run with its outcome passed through `f` once it ends: a workflow can turn
+    /// an error into an outcome (a time limit into a saved `timed_out` state, say) for every
+    /// caller, streaming or not.
+    pub fn map_outcome<F, Fut>(self, f: F) -> JsonRun
+    where
+        F: FnOnce(Result<JsonOutcome, RunError>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<JsonOutcome, RunError>> + Send + 'static,
+    {
+        JsonRun {
+            inner: Box::new(MappedStream {
+                inner: self.inner,
+                f: Box::new(move |r| Box::pin(f(r))),
+            }),
+        }
+    }
+}
+
+type OutcomeMap = Box<
+    dyn FnOnce(
+            Result<JsonOutcome, RunError>,
+        ) -> futures::future::BoxFuture<'static, Result<JsonOutcome, RunError>>
+        + Send,
+>;
+
+struct MappedStream {
+    inner: Box<dyn ErasedStream>,
+    f: OutcomeMap,
+}
+
+#[async_trait]
+impl ErasedStream for MappedStream {
+    async fn next_event(&mut self) -> Option<JsonEvent> {
+        self.inner.next_event().await
+    }
+
+    async fn outcome(self: Box<Self>) -> Result<JsonOutcome, RunError> {
+        let out = self.inner.outcome().await;
+        (self.f)(out).await
     }
 }
 

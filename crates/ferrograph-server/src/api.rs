@@ -129,10 +129,11 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
             pending += r.interrupts.len() as u64;
         }
     }
-    let text = state
+    let mut text = state
         .inner
         .metrics
         .render(&by_status, pending, state.active_runs());
+    text.push_str(&state.inner.registry.render_metrics());
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -4,8 +4,11 @@
 //! - `demo`: release notes from commit subjects (fan-out, join; no model).
 //! - `review`: a draft reviewed by a person: approve, reject or feedback, at most three
 //!   revisions (interrupts and resume; no model).
+//! - `fraud`: seed 004's fraud investigation planner: an LLM planner checked by safety rules
+//!   in code, six tools in a registry, deterministic fallback, limits, audit trail, metrics.
 
 pub mod demo;
+pub mod fraud;
 pub mod review;
 
 use ferrograph::runtime::Workflow;
@@ -25,12 +28,39 @@ pub struct Entry {
     pub parse_input: fn(&str) -> Value,
     /// The input used when none is given.
     pub sample_input: fn() -> Value,
+    /// Reads workflow-specific command-line arguments (`ferrograph run NAME ARGS…`) into the
+    /// input; `None` when the workflow takes none.
+    pub parse_args: Option<ParseArgs>,
 }
+
+/// Reads workflow-specific command-line arguments into the input.
+pub type ParseArgs = fn(&[String]) -> Result<Value, String>;
+
+/// What the built-in workflows share: where data lives, limits, and the model.
+#[derive(Clone, Default)]
+pub struct WorkflowSettings {
+    /// Data directory (datasets, indexes and stores live under it).
+    pub data_dir: std::path::PathBuf,
+    /// Step limit of agent loops (`FERROGRAPH_MAX_STEPS`).
+    pub max_steps: Option<u32>,
+    /// Whole-run limit (`FERROGRAPH_MAX_RUNTIME_SECONDS`).
+    pub run_timeout: Option<std::time::Duration>,
+    /// Per-tool limit (`FERROGRAPH_TOOL_TIMEOUT_SECONDS`).
+    pub tool_timeout: Option<std::time::Duration>,
+    /// The chat model (local or remote); `None` runs the deterministic paths only.
+    pub llm: Option<Arc<dyn ferrograph_llm::ChatModel>>,
+    /// A second model to fall back to once the first one's retries are exhausted.
+    pub fallback_llm: Option<Arc<dyn ferrograph_llm::ChatModel>>,
+}
+
+/// Renders a workflow's own Prometheus metrics.
+pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Workflows by name.
 #[derive(Clone, Default)]
 pub struct Registry {
     entries: BTreeMap<String, Entry>,
+    metrics: Vec<MetricsFn>,
 }
 
 /// Why the registry could not be built.
@@ -66,13 +96,24 @@ impl Registry {
         self.entries.keys().cloned().collect()
     }
 
+    /// Adds a source of workflow metrics (served at `/metrics`).
+    pub fn add_metrics(&mut self, f: MetricsFn) {
+        self.metrics.push(f);
+    }
+
+    /// The workflows' own metrics, in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.iter().map(|f| f()).collect()
+    }
+
     /// Every entry, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Entry)> {
         self.entries.iter()
     }
 }
 
-/// The built-in workflows, loaded into `runtime` with `saver` as their checkpointer.
+/// The built-in workflows that need no data or model (`demo`, `review`), loaded into
+/// `runtime` with `saver` as their checkpointer.
 pub async fn builtin(
     runtime: &Runtime,
     saver: Arc<dyn CheckpointSaver>,
@@ -89,6 +130,7 @@ pub async fn builtin(
             description: "release notes from commit subjects (fan-out, join)",
             parse_input: demo::parse_input,
             sample_input: demo::sample_input,
+            parse_args: None,
         },
     );
     let review = runtime
@@ -102,8 +144,34 @@ pub async fn builtin(
             description: "a draft reviewed by a person: approve, reject or feedback (interrupts)",
             parse_input: review::parse_input,
             sample_input: review::sample_input,
+            parse_args: None,
         },
     );
+    Ok(r)
+}
+
+/// Every built-in workflow: [`builtin`] plus the ones that use data and models (`fraud`),
+/// configured by `settings`.
+pub async fn builtin_with(
+    runtime: &Runtime,
+    saver: Arc<dyn CheckpointSaver>,
+    settings: &WorkflowSettings,
+) -> Result<Registry, RegistryError> {
+    let mut r = builtin(runtime, saver.clone()).await?;
+    let fs = fraud::FraudSettings::from_workflow_settings(settings);
+    let tools = fraud::standard_tools(&fs);
+    let wf = fraud::FraudWorkflow::load(runtime, saver, fs, tools).await?;
+    r.insert(
+        "fraud",
+        Entry {
+            workflow: Arc::new(wf),
+            description: "fraud investigation: LLM planner checked in code, six tools, audit trail",
+            parse_input: fraud::parse_input,
+            sample_input: fraud::sample_input,
+            parse_args: Some(fraud::parse_args),
+        },
+    );
+    r.metrics.push(Arc::new(fraud::metrics::render));
     Ok(r)
 }
 

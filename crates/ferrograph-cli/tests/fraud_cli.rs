@@ -1,0 +1,145 @@
+//! `ferrograph run fraud` end to end in real processes: an investigation killed with SIGKILL
+//! between tools resumes from its checkpoint in a new process and completes without running
+//! the finished tools again; the audit trail is queryable.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn cmd(data: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrograph"));
+    c.env("FERROGRAPH_DATA_DIR", data)
+        .env_remove("FERROGRAPH_CONFIG")
+        .env_remove("FERROGRAPH_MAX_STEPS")
+        .env_remove("FERROGRAPH_MAX_RUNTIME_SECONDS")
+        // No model: the planner and the reasoning tool take their deterministic paths.
+        .env("FERROGRAPH_MODEL", data.join("no-such-model.gguf"));
+    c
+}
+
+fn run(data: &std::path::Path, args: &[&str]) -> Output {
+    cmd(data).args(args).output().expect("run ferrograph")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
+fn sigkill_mid_investigation_then_resume_completes_without_rerunning_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["fraud", "gen-data"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(dir.path(), &["fraud", "cases"]);
+    let cases = text(&out);
+    let tx = cases
+        .lines()
+        .find(|l| l.contains("card_testing"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+
+    // Start, slowed down between tools, and kill it once similarity_tool has finished.
+    let mut child = cmd(dir.path())
+        .args([
+            "run",
+            "fraud",
+            "--thread",
+            "inv-kill",
+            "--stream",
+            "--transaction",
+            &tx,
+        ])
+        .env("FERROGRAPH_FRAUD_TOOL_DELAY_MS", "700")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if line.contains("\"tool_end\"") {
+            seen.push(line.clone());
+            if line.contains("similarity_tool") {
+                // SIGKILL: no chance to clean up.
+                child.kill().unwrap();
+                break;
+            }
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the run was killed");
+    assert_eq!(
+        seen.len(),
+        3,
+        "context, pattern, similarity finished: {seen:?}"
+    );
+
+    let out = run(dir.path(), &["threads", "show", "inv-kill"]);
+    let v: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let before: Vec<String> =
+        serde_json::from_value(v["state"]["values"]["completed_steps"].clone()).unwrap();
+    assert!(before.len() >= 3 && before.len() <= 4, "{before:?}");
+    let first_exec = v["state"]["values"]["tool_executions"][0].clone();
+
+    // Resume in a new process: it completes, and the finished tools did not run again.
+    let out = run(dir.path(), &["resume", "inv-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = run(dir.path(), &["threads", "show", "inv-kill"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = &v["state"]["values"];
+    assert_eq!(st["status"], "COMPLETED");
+    let ex = st["tool_executions"].as_array().unwrap();
+    let names: Vec<&str> = ex
+        .iter()
+        .map(|e| e["tool_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "context_tool",
+            "pattern_tool",
+            "similarity_tool",
+            "reasoning_tool",
+            "recommendation_tool",
+            "rule_draft_tool"
+        ]
+    );
+    assert_eq!(
+        ex[0], first_exec,
+        "the first tool's record is the one from before the kill"
+    );
+
+    // The audit trail and the stored investigation are queryable.
+    let out = run(dir.path(), &["fraud", "audit", "inv-kill"]);
+    let audit = text(&out);
+    assert!(audit.contains("investigation_completed"), "{audit}");
+    let out = run(dir.path(), &["fraud", "show", "inv-kill"]);
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["tool_log"].as_array().unwrap().len(), 6);
+    let out = run(dir.path(), &["fraud", "list"]);
+    assert!(text(&out).contains("inv-kill"));
+}
+
+#[test]
+#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
+fn fraud_arguments_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["run", "fraud", "--bogus"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("unknown argument `--bogus`"),
+        "{}",
+        text(&out)
+    );
+    let out = run(dir.path(), &["run", "demo", "--transaction", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("takes no arguments"), "{}", text(&out));
+}
