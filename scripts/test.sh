@@ -13,6 +13,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== llama-cpp-python's OpenAI-compatible server, for the remote adapter's real-server test"
+bash scripts/setup-llama-server.sh
+
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc

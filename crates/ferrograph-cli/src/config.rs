@@ -43,6 +43,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Supersteps per run.
     pub max_steps: u64,
+    /// The step limit when one was configured (flag, variable or file), for agent loops
+    /// that count their own steps (the fraud planner's default is 20).
+    pub max_steps_set: Option<u64>,
     /// Limit for a whole run.
     pub run_timeout: Option<Duration>,
     /// Limit per tool call.
@@ -122,9 +125,8 @@ impl Config {
             .or(env_dir)
             .or(file.data_dir)
             .unwrap_or_else(default_data_dir);
-        let max_steps = env_parse::<u64>("FERROGRAPH_MAX_STEPS")?
-            .or(file.max_steps)
-            .unwrap_or(25);
+        let max_steps_set = env_parse::<u64>("FERROGRAPH_MAX_STEPS")?.or(file.max_steps);
+        let max_steps = max_steps_set.unwrap_or(25);
         let run_timeout = match env_parse::<f64>("FERROGRAPH_MAX_RUNTIME_SECONDS")?
             .or(file.max_runtime_seconds)
         {
@@ -152,6 +154,7 @@ impl Config {
         Ok(Config {
             data_dir,
             max_steps,
+            max_steps_set,
             run_timeout,
             tool_timeout,
             default_model,

@@ -1,6 +1,8 @@
 //! The `ferrograph` command-line tool.
 
 mod config;
+mod fraud;
+mod index;
 mod print;
 
 /// Graph runs allocate many small, short-lived objects; mimalloc handles them several times
@@ -53,6 +55,9 @@ enum Command {
         /// Print events as they happen.
         #[arg(long)]
         stream: bool,
+        /// Workflow arguments (for example `fraud --transaction TX-… --data DIR`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Resumes an interrupted (or stopped) thread.
     Resume(ResumeArgs),
@@ -86,6 +91,16 @@ enum Command {
     Models {
         #[command(subcommand)]
         what: ModelsCommand,
+    },
+    /// Retrieval indexes: build, search, stats, list, rm (under <data dir>/indexes).
+    Index {
+        #[command(subcommand)]
+        what: index::IndexCommand,
+    },
+    /// The fraud workflow's dataset and stored investigations (cases, list, show, audit).
+    Fraud {
+        #[command(subcommand)]
+        what: fraud::FraudCommand,
     },
 }
 
@@ -210,6 +225,14 @@ enum BenchCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Also run a peer engine on the same GGUF and thread count, in alternating rounds,
+        /// and print the ratios (`llama-cpp`: benches/peers/llama_cpp_bench.py in
+        /// benches/peers/.venv, see scripts/setup-peers.sh).
+        #[arg(long, value_parser = ["llama-cpp"])]
+        peer: Option<String>,
+        /// Rounds with --peer.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// Cost per checkpointed step and bytes per step on sled (sync durability): a 10-node
     /// chain, a 500-message chat, and 64 concurrent chains. `benches/peers/compare_checkpoint.py`
@@ -243,7 +266,9 @@ impl App {
         let saver = SledSaver::open(config.checkpoint_dir())
             .with_context(|| format!("opening {}", config.checkpoint_dir().display()))?;
         let runtime = Runtime::new().await?;
-        let registry = ferrograph_workflows::builtin(&runtime, saver.clone()).await?;
+        let settings = workflow_settings(&config);
+        let registry =
+            ferrograph_workflows::builtin_with(&runtime, saver.clone(), &settings).await?;
         Ok(App {
             config,
             runtime,
@@ -324,8 +349,45 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
     match o.status {
         "done" => ExitCode::SUCCESS,
         "interrupted" => ExitCode::from(2),
+        "timed_out" => ExitCode::from(4),
         _ => ExitCode::from(3),
     }
+}
+
+/// What the workflows share, from the configuration: data directory, limits and the chat
+/// model (the configured one, or the manifest's default when it is on disk).
+fn workflow_settings(config: &Config) -> ferrograph_workflows::WorkflowSettings {
+    let llm: Option<Arc<dyn ferrograph_llm::ChatModel>> = match chat_model_path(config) {
+        Ok(path) => Some(Arc::new(ferrograph_llm::LocalChatModel::new(path))),
+        Err(e) => {
+            tracing::warn!(
+                "no chat model: {e}; model-driven steps use their deterministic fallbacks"
+            );
+            None
+        }
+    };
+    ferrograph_workflows::WorkflowSettings {
+        data_dir: config.data_dir.clone(),
+        max_steps: config
+            .max_steps_set
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        run_timeout: config.run_timeout,
+        tool_timeout: config.tool_timeout,
+        llm,
+        fallback_llm: None,
+    }
+}
+
+fn chat_model_path(config: &Config) -> Result<PathBuf> {
+    if let Some(m) = &config.default_model {
+        let p = PathBuf::from(m);
+        if p.exists() {
+            return Ok(p);
+        }
+        let manifest = ferrograph_llm::manifest::Manifest::default_manifest()?;
+        return Ok(manifest.model_path(m)?);
+    }
+    Ok(ferrograph_llm::manifest::default_chat_model_path()?)
 }
 
 fn read_input(path: &str) -> Result<String> {
@@ -508,6 +570,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     prompt_tokens,
                     gen_tokens,
                     json,
+                    peer,
+                    rounds,
                 },
         } => {
             let path = match model {
@@ -515,6 +579,22 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 Some(m) if std::path::Path::new(&m).exists() => PathBuf::from(m),
                 Some(m) => ferrograph_llm::manifest::ensure_model(&m)?,
             };
+            if peer.is_some() {
+                let c = ferrograph_llm::bench::compare_llama_cpp(
+                    &path,
+                    threads,
+                    prompt_tokens,
+                    gen_tokens,
+                    rounds,
+                )
+                .await?;
+                if json {
+                    print::line(serde_json::to_string_pretty(&c)?);
+                } else {
+                    print::line(c.summary());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let r = ferrograph_llm::bench_llm(&path, threads, prompt_tokens, gen_tokens).await?;
             if json {
                 print::line(serde_json::to_string_pretty(&r)?);
@@ -579,6 +659,15 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Index { what } => {
+            let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+            return index::run(what, &config.data_dir).await;
+        }
+        Command::Fraud { what } => {
+            let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+            fraud::run(what, &config.data_dir)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
     let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
@@ -588,11 +677,22 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             input,
             thread,
             stream,
+            args,
         } => {
             let entry = app.entry(&workflow)?;
-            let input = match input {
-                Some(p) => (entry.parse_input)(&read_input(&p)?),
-                None => (entry.sample_input)(),
+            let input = match (input, args.is_empty()) {
+                (Some(_), false) => {
+                    anyhow::bail!("give either --input or workflow arguments, not both")
+                }
+                (Some(p), true) => (entry.parse_input)(&read_input(&p)?),
+                (None, false) => match entry.parse_args {
+                    Some(parse) => parse(&args).map_err(|e| anyhow::anyhow!("{workflow}: {e}"))?,
+                    None => anyhow::bail!(
+                        "workflow `{workflow}` takes no arguments (got {})",
+                        args.join(" ")
+                    ),
+                },
+                (None, true) => (entry.sample_input)(),
             };
             let thread = thread.unwrap_or_else(|| {
                 format!("{workflow}-{}", &ferrograph::core::id::random_id()[..12])
@@ -665,7 +765,10 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 .await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench { .. } | Command::Models { .. } => Ok(ExitCode::SUCCESS),
+        Command::Bench { .. }
+        | Command::Models { .. }
+        | Command::Index { .. }
+        | Command::Fraud { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -20,8 +20,12 @@ pub struct BenchReport {
     pub architecture: String,
     /// Threads asked for.
     pub threads: usize,
-    /// Threads candle's worker pool actually uses (fixed by the first inference in a process).
+    /// Threads the worker pool actually uses (fixed by the first inference in a process).
     pub threads_effective: usize,
+    /// Which forward pass ran: `fast` (our kernels) or `candle`.
+    pub kernels: String,
+    /// Instruction set of our kernels (`avx2` or `scalar`).
+    pub isa: String,
     /// Prompt length of the prefill measurement.
     pub prompt_tokens: usize,
     /// Tokens decoded in the decode measurement.
@@ -46,15 +50,20 @@ pub struct BenchReport {
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
-/// Sets the number of threads candle's CPU kernels use. Candle fixes its worker pool at the
-/// first quantized matmul of the process, so this only takes effect before any inference;
+/// Sets the number of threads the CPU kernels use (ours and candle's). Both fix their worker
+/// pools at the first inference of the process, so this only takes effect before any;
 /// returns the count in effect.
 pub fn set_threads(threads: usize) -> usize {
     if !STARTED.load(Ordering::SeqCst) && threads > 0 {
         std::env::set_var("CANDLE_NUM_THREADS", threads.to_string());
         std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     }
-    candle_core::utils::get_num_threads()
+    let ours = crate::kernels::pool::set_threads(threads);
+    if crate::fast::Kernels::Auto.resolve() == crate::fast::Kernels::Candle {
+        candle_core::utils::get_num_threads()
+    } else {
+        ours
+    }
 }
 
 /// Peak resident set size of this process in MiB (`VmHWM` in `/proc/self/status`; 0 where
@@ -106,6 +115,7 @@ pub fn bench_blocking(
     let mut engine = Engine::load(path, &LoadOptions::default())?;
     let load = load_start.elapsed();
     let shared = engine.shared();
+    let kernels = engine.kernels_name();
     let needed = prompt_tokens.max(1) + gen_tokens + 1;
     if needed > shared.info.context_length {
         return Err(LlmError::Validation(format!(
@@ -144,6 +154,8 @@ pub fn bench_blocking(
         architecture: shared.info.architecture.clone(),
         threads,
         threads_effective,
+        kernels: kernels.to_string(),
+        isa: format!("{:?}", crate::kernels::detected_isa()).to_lowercase(),
         prompt_tokens: prompt.len(),
         gen_tokens,
         load_ms: load.as_secs_f64() * 1e3,
@@ -173,5 +185,200 @@ impl BenchReport {
             self.decode_after_prompt_tok_s,
             self.peak_rss_mib
         )
+    }
+}
+
+/// llama.cpp's figures on the same GGUF and thread count, from
+/// `benches/peers/llama_cpp_bench.py` (llama-cpp-python).
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct PeerReport {
+    /// `llama.cpp`.
+    pub engine: String,
+    /// llama-cpp-python's version.
+    #[serde(default)]
+    pub llama_cpp_python: String,
+    /// Threads.
+    pub threads: usize,
+    /// Prompt length of the prefill measurement.
+    pub prompt_tokens: usize,
+    /// Load time.
+    pub load_ms: f64,
+    /// Time to first token.
+    pub ttft_ms: f64,
+    /// Prompt tokens per second.
+    pub prefill_tok_s: f64,
+    /// Generated tokens per second from a one-token context.
+    pub decode_tok_s: f64,
+    /// Generated tokens per second after the prompt.
+    #[serde(default)]
+    pub decode_after_prompt_tok_s: f64,
+    /// Peak resident memory of the peer process, in MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Smallest, median and largest of the per-round ratios ours / llama.cpp's.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Ratio {
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub median: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Ratio {
+    fn of(pairs: impl Iterator<Item = (f64, f64)>) -> Ratio {
+        let mut v: Vec<f64> = pairs
+            .map(|(a, b)| if b > 0.0 { a / b } else { 0.0 })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        Ratio {
+            min: v.first().copied().unwrap_or(0.0),
+            median: v.get(v.len() / 2).copied().unwrap_or(0.0),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Ours and llama.cpp's figures on the same model and thread count, measured in alternating
+/// rounds of one run, with per-round ratios (ours / theirs: above 1 is faster for speeds,
+/// smaller for memory).
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerComparison {
+    /// Our reports, one per round.
+    pub ours: Vec<BenchReport>,
+    /// llama.cpp's reports, one per round.
+    pub peer: Vec<PeerReport>,
+    /// Prefill tok/s ratio.
+    pub prefill_ratio: Ratio,
+    /// Decode tok/s ratio (one-token context).
+    pub decode_ratio: Ratio,
+    /// Decode tok/s ratio after the prompt.
+    pub decode_after_prompt_ratio: Ratio,
+    /// Peak RSS ratio.
+    pub rss_ratio: Ratio,
+}
+
+fn peer_command() -> (PathBuf, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = std::env::var_os("FERROGRAPH_PEER_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let local = PathBuf::from("benches/peers/.venv/bin/python");
+            if local.exists() {
+                local
+            } else {
+                root.join("benches/peers/.venv/bin/python")
+            }
+        });
+    let script = std::env::var_os("FERROGRAPH_PEER_SCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let local = PathBuf::from("benches/peers/llama_cpp_bench.py");
+            if local.exists() {
+                local
+            } else {
+                root.join("benches/peers/llama_cpp_bench.py")
+            }
+        });
+    (python, script)
+}
+
+/// Runs llama.cpp's side (`benches/peers/llama_cpp_bench.py` under
+/// `benches/peers/.venv/bin/python`, or `FERROGRAPH_PEER_PYTHON` / `FERROGRAPH_PEER_SCRIPT`).
+pub fn run_llama_cpp(
+    path: &Path,
+    threads: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+) -> Result<PeerReport, LlmError> {
+    let (python, script) = peer_command();
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(path)
+        .args(["--threads", &threads.to_string()])
+        .args(["--prompt-tokens", &prompt_tokens.to_string()])
+        .args(["--gen-tokens", &gen_tokens.to_string()])
+        .arg("--json")
+        .output()
+        .map_err(|e| {
+            LlmError::Backend(format!(
+                "cannot run {} {} (set up with scripts/setup-peers.sh): {e}",
+                python.display(),
+                script.display()
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(LlmError::Backend(format!(
+            "llama.cpp peer failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    serde_json::from_str(line)
+        .map_err(|e| LlmError::Backend(format!("unreadable llama.cpp peer output ({e}): {text}")))
+}
+
+/// `rounds` alternating rounds of [`bench_blocking`] and [`run_llama_cpp`] on the same model
+/// and thread count, with the ratios. Runs on a blocking thread.
+pub async fn compare_llama_cpp(
+    path: &Path,
+    threads: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    rounds: usize,
+) -> Result<PeerComparison, LlmError> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut ours = Vec::new();
+        let mut peer = Vec::new();
+        for _ in 0..rounds.max(1) {
+            ours.push(bench_blocking(&path, threads, prompt_tokens, gen_tokens)?);
+            peer.push(run_llama_cpp(&path, threads, prompt_tokens, gen_tokens)?);
+        }
+        let pairs = |f: &dyn Fn(&BenchReport, &PeerReport) -> (f64, f64)| {
+            Ratio::of(ours.iter().zip(&peer).map(|(a, b)| f(a, b)))
+        };
+        Ok(PeerComparison {
+            prefill_ratio: pairs(&|a, b| (a.prefill_tok_s, b.prefill_tok_s)),
+            decode_ratio: pairs(&|a, b| (a.decode_tok_s, b.decode_tok_s)),
+            decode_after_prompt_ratio: pairs(&|a, b| {
+                (a.decode_after_prompt_tok_s, b.decode_after_prompt_tok_s)
+            }),
+            rss_ratio: pairs(&|a, b| (a.peak_rss_mib, b.peak_rss_mib)),
+            ours,
+            peer,
+        })
+    })
+    .await
+    .map_err(|e| LlmError::Backend(format!("bench task failed: {e}")))?
+}
+
+impl PeerComparison {
+    /// A few lines for people.
+    pub fn summary(&self) -> String {
+        let r = |x: &Ratio| format!("{:.2}x ({:.2}-{:.2})", x.median, x.min, x.max);
+        let mut s = String::new();
+        for (i, (a, b)) in self.ours.iter().zip(&self.peer).enumerate() {
+            s.push_str(&format!(
+                "round {}: ours ({}) prefill {:.1} decode {:.1} (after prompt {:.1}) tok/s, RSS {:.0} MiB | llama.cpp prefill {:.1} decode {:.1} (after prompt {:.1}) tok/s, RSS {:.0} MiB\n",
+                i + 1, a.kernels, a.prefill_tok_s, a.decode_tok_s, a.decode_after_prompt_tok_s, a.peak_rss_mib,
+                b.prefill_tok_s, b.decode_tok_s, b.decode_after_prompt_tok_s, b.peak_rss_mib
+            ));
+        }
+        if let Some(a) = self.ours.first() {
+            s.push_str(&format!(
+                "{} ({}), {} thread(s), prompt {} tokens: ours / llama.cpp: prefill {}, decode {}, decode after prompt {}, peak RSS {}",
+                a.model, a.architecture, a.threads_effective, a.prompt_tokens,
+                r(&self.prefill_ratio), r(&self.decode_ratio), r(&self.decode_after_prompt_ratio), r(&self.rss_ratio)
+            ));
+        }
+        s
     }
 }

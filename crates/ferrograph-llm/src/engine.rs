@@ -112,6 +112,8 @@ enum Weights {
     Qwen3(quantized_qwen3::ModelWeights),
     Phi3(quantized_phi3::ModelWeights),
     Gemma3(quantized_gemma3::ModelWeights),
+    /// Our own kernels ([`crate::fast`]).
+    Fast(crate::fast::LlamaModel),
 }
 
 impl Weights {
@@ -122,6 +124,12 @@ impl Weights {
             Weights::Qwen3(m) => m.forward(x, pos),
             Weights::Phi3(m) => m.forward(x, pos),
             Weights::Gemma3(m) => m.forward(x, pos),
+            Weights::Fast(m) => {
+                let tokens = x.flatten_all()?.to_vec1::<u32>()?;
+                let logits = m.forward(&tokens, pos).map_err(candle_core::Error::Msg)?;
+                let n = logits.len();
+                Tensor::from_vec(logits, (1, n), &Device::Cpu)
+            }
         }
     }
 
@@ -131,6 +139,7 @@ impl Weights {
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Qwen3(m) => m.clear_kv_cache(),
+            Weights::Fast(m) => m.reset(),
             // These reset their cache on a forward at position 0.
             Weights::Phi3(_) | Weights::Gemma3(_) => {}
         }
@@ -144,6 +153,7 @@ impl Weights {
             Weights::Qwen3(m) => Some(Weights::Qwen3(m.clone())),
             Weights::Phi3(m) => Some(Weights::Phi3(m.clone())),
             Weights::Gemma3(m) => Some(Weights::Gemma3(m.clone())),
+            Weights::Fast(m) => Some(Weights::Fast(m.clone())),
             Weights::Qwen2(_) => None,
         }
     }
@@ -153,7 +163,7 @@ impl Weights {
     fn snapshots(&self) -> bool {
         matches!(
             self,
-            Weights::Llama(_) | Weights::Phi3(_) | Weights::Gemma3(_)
+            Weights::Llama(_) | Weights::Phi3(_) | Weights::Gemma3(_) | Weights::Fast(_)
         )
     }
 }
@@ -341,8 +351,20 @@ impl Engine {
             crate::progress::current(&fetch_name(path)),
         );
         let bad = |e: candle_core::Error| LlmError::invalid(path, e);
+        let kernels = options.kernels.resolve();
+        let fast = match (kernels, crate::fast::check_supported(&ct)) {
+            (crate::fast::Kernels::Candle, _) => false,
+            (_, Ok(())) if device.is_cpu() => true,
+            (crate::fast::Kernels::Fast, Err(why)) => {
+                return Err(LlmError::invalid(path, format!("no fast kernels: {why}")))
+            }
+            _ => false,
+        };
         let weights =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match arch.as_str() {
+                _ if fast => crate::fast::LlamaModel::load(&ct, &mut file)
+                    .map(Weights::Fast)
+                    .map_err(candle_core::Error::Msg),
                 "llama" => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device)
                     .map(Weights::Llama),
                 "qwen2" => quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &device)
@@ -390,6 +412,14 @@ impl Engine {
     /// The immutable part (tokenizer, template, info).
     pub fn shared(&self) -> std::sync::Arc<Shared> {
         self.shared.clone()
+    }
+
+    /// Which forward pass runs the model: `fast` (our kernels, [`crate::fast`]) or `candle`.
+    pub fn kernels_name(&self) -> &'static str {
+        match self.base {
+            Some(Weights::Fast(_)) => "fast",
+            _ => "candle",
+        }
     }
 
     fn logits(&self, w: &mut Weights, tokens: &[u32], pos: usize) -> Result<Vec<f32>, LlmError> {

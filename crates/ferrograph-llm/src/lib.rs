@@ -30,6 +30,8 @@ pub mod constrain;
 pub mod engine;
 pub mod error;
 pub mod fallback;
+pub mod fast;
+pub mod kernels;
 pub mod manifest;
 pub mod options;
 pub mod parallel;

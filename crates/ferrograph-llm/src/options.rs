@@ -308,6 +308,10 @@ pub struct LoadOptions {
     /// How many prompt-prefix KV snapshots the model keeps for reuse across calls (0 disables
     /// prefix reuse).
     pub prefix_cache_entries: usize,
+    /// Which CPU forward pass runs the model: our own kernels where the architecture and
+    /// tensor types are supported (`auto`, the default; `FERROGRAPH_KERNELS=candle|fast`
+    /// overrides it), or always candle's reference path.
+    pub kernels: crate::fast::Kernels,
 }
 
 impl Default for LoadOptions {
@@ -317,6 +321,7 @@ impl Default for LoadOptions {
             max_context: 4096,
             queue_capacity: 64,
             prefix_cache_entries: 4,
+            kernels: crate::fast::Kernels::Auto,
         }
     }
 }

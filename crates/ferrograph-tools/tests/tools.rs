@@ -585,3 +585,56 @@ fn fs_tools_register_and_need_a_directory_root() {
     assert!(FsTools::new(sb.root.join("README.md")).is_err());
     assert!(FsTools::new(sb.root.join("missing")).is_err());
 }
+
+// ---------------------------------------------------------------- search tools
+
+struct Keyword(Vec<(&'static str, &'static str)>);
+
+#[async_trait::async_trait]
+impl ferrograph_tools::builtin::Searcher for Keyword {
+    async fn search(
+        &self,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<ferrograph_tools::builtin::SearchHit>, ToolError> {
+        Ok(self
+            .0
+            .iter()
+            .filter(|(_, text)| text.contains(query))
+            .take(k)
+            .map(|(source, text)| ferrograph_tools::builtin::SearchHit {
+                source: source.to_string(),
+                location: None,
+                score: 1.0,
+                text: text.to_string(),
+            })
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn search_tools_wrap_a_searcher() {
+    use ferrograph_tools::builtin::SearchTool;
+    let corpus = Arc::new(Keyword(vec![
+        ("CHANGELOG.md", "fixed: sled flush hangs on close"),
+        ("README.md", "sled is an embedded database"),
+        ("NOTES.md", "sled flush is slow on tmpfs"),
+    ]));
+    let docs = SearchTool::docs_search("cargo registry", corpus.clone()).limits(5, 10);
+    assert_eq!(docs.name(), "docs_search");
+    assert!(docs.description().contains("cargo registry"));
+    let out = call(&docs, json!({"query": "flush", "k": 1}))
+        .await
+        .unwrap();
+    assert_eq!(out.as_array().unwrap().len(), 1);
+    assert_eq!(out[0]["source"], "CHANGELOG.md");
+    assert_eq!(out[0]["text"], "fixed: sle…");
+    let rag = SearchTool::rag_search("codebase", corpus);
+    assert_eq!(rag.name(), "rag_search");
+    let out = call(&rag, json!({"query": "sled"})).await.unwrap();
+    assert_eq!(out.as_array().unwrap().len(), 3);
+    assert!(matches!(
+        call(&rag, json!({"query": " "})).await.unwrap_err(),
+        ToolError::InvalidArguments { .. }
+    ));
+}

@@ -1,0 +1,53 @@
+//! Retrieval for ferrograph: on-device embeddings, a persistent vector index of text chunks,
+//! and a retriever.
+//!
+//! - [`BertEmbedder`]: all-MiniLM-L6-v2 (from `models/`, see
+//!   [`ferrograph_llm::manifest`]) on candle — mean pooling over the attention mask,
+//!   L2-normalized, batched by length, CPU by default ([`EmbedOptions::device`]).
+//! - [`Index`]: sled holds the chunks, vectors and metadata (the source of truth); an HNSW
+//!   graph (hnsw_rs) is a cache, dumped crash-safely and rebuilt from the stored vectors
+//!   (never by re-embedding) when missing, stale or corrupt. Deletes and updates are
+//!   tombstones, filtered out of searches; the graph is rebuilt when they pile up. Metadata
+//!   filters run inside the graph search and are re-checked on every hit.
+//! - [`chunk`]: code by top-level items, Markdown by headings and paragraphs, else windows.
+//! - [`Retriever`]: [`Query`] (text, `k`, filters, per-filter top-k merged by score, minimum
+//!   score) to [`Hit`]s; [`Retriever::search_async`] runs on tokio's blocking pool.
+//! - [`index_dir`]: index a folder incrementally (unchanged files are not re-embedded).
+//!
+//! ```no_run
+//! use ferrograph_index::{BertEmbedder, EmbedOptions, Embedder, Index, IndexConfig, Query, Retriever, Filter};
+//! use std::sync::Arc;
+//! # fn main() -> Result<(), ferrograph_index::IndexError> {
+//! let embedder = Arc::new(BertEmbedder::default_model(EmbedOptions::default())?);
+//! let index = Index::open_or_create("/tmp/my-index", IndexConfig::new(embedder.dim(), embedder.model_id()))?;
+//! ferrograph_index::index_dir(&index, embedder.as_ref(), "src".as_ref(), &Default::default(), &mut |_| {})?;
+//! let retriever = Retriever::new(Arc::new(index), embedder)?;
+//! let hits = retriever.search(&Query::new("where are checkpoints written?").k(5).filter(Filter::language("rust")))?;
+//! for h in hits {
+//!     println!("{:.3} {}:{}-{}", h.score, h.path, h.start_line, h.end_line);
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod bench;
+pub mod build;
+pub mod chunk;
+pub mod distance;
+pub mod embed;
+pub mod error;
+mod graph;
+pub mod index;
+pub mod retriever;
+pub mod types;
+
+pub use build::{index_dir, BuildOptions, BuildProgress, BuildReport};
+pub use chunk::{ChunkOptions, TextChunk};
+pub use embed::{
+    BertEmbedder, CountingEmbedder, EmbedOptions, Embedder, HashEmbedder, DEFAULT_EMBEDDING_MODEL,
+};
+pub use error::{IndexError, Result};
+pub use index::{
+    is_index, CommitReport, GraphSource, HnswParams, Index, IndexConfig, IndexStats, SearchOptions,
+};
+pub use retriever::{PerFilter, Query, Retriever};
+pub use types::{ChunkMeta, DocumentUpdate, Filter, Hit, NewChunk};

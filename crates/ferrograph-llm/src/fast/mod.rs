@@ -1,0 +1,611 @@
+//! Our own forward pass for llama-family GGUF models (SmolLM2, Llama 2/3-style without rope
+//! scaling, Mistral without sliding windows) over [`crate::kernels`]: weights repacked at
+//! load, activations quantized to 8-bit blocks per matrix product, fused RMSNorm/RoPE, a KV
+//! cache that grows with the sequence (no dense masks, nothing sized by the model's full
+//! context) and a persistent worker pool.
+//!
+//! [`crate::engine::Engine`] uses it for `llama` models whose tensor types all have kernels,
+//! unless `FERROGRAPH_KERNELS=candle` (or [`crate::options::LoadOptions::kernels`]) asks for
+//! candle's reference path. A clone shares the weights and copies the KV cache, so prompt
+//! prefix snapshots stay cheap and independent.
+
+use crate::kernels::{self, GgufType, QAct, QMatrix};
+use candle_core::quantized::{gguf_file, GgmlDType};
+use parking_lot::Mutex;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+/// Shape and hyper-parameters of a llama model.
+#[derive(Clone, Debug)]
+pub struct LlamaConfig {
+    /// Embedding width.
+    pub dim: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Feed-forward width.
+    pub ffn: usize,
+    /// Output rows (vocabulary).
+    pub vocab: usize,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// RoPE base frequency.
+    pub rope_base: f32,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: QMatrix,
+    wk: QMatrix,
+    wv: QMatrix,
+    wo: QMatrix,
+    ffn_norm: Vec<f32>,
+    gate: QMatrix,
+    up: QMatrix,
+    down: QMatrix,
+}
+
+/// The immutable weights.
+pub struct LlamaWeights {
+    cfg: LlamaConfig,
+    embed: QMatrix,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    output: Option<QMatrix>,
+    inv_freq: Vec<f32>,
+}
+
+impl std::fmt::Debug for LlamaWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaWeights")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// A model instance: shared weights plus its own KV cache.
+#[derive(Clone, Debug)]
+pub struct LlamaModel {
+    w: Arc<LlamaWeights>,
+    /// Per layer, `len * kv_dim` keys (after RoPE) and values.
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    len: usize,
+}
+
+fn md<'a>(ct: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value, String> {
+    ct.metadata.get(key).ok_or_else(|| format!("missing {key}"))
+}
+
+fn md_usize(ct: &gguf_file::Content, key: &str) -> Result<usize, String> {
+    let v = md(ct, key)?;
+    v.to_u32()
+        .map(|x| x as usize)
+        .or_else(|_| v.to_u64().map(|x| x as usize))
+        .map_err(|e| format!("{key}: {e}"))
+}
+
+fn md_f32(ct: &gguf_file::Content, key: &str) -> Option<f32> {
+    let v = ct.metadata.get(key)?;
+    v.to_f32()
+        .ok()
+        .or_else(|| v.to_f64().ok().map(|x| x as f32))
+}
+
+fn gguf_type(t: GgmlDType) -> Option<GgufType> {
+    Some(match t {
+        GgmlDType::F32 => GgufType::F32,
+        GgmlDType::F16 => GgufType::F16,
+        GgmlDType::Q4_0 => GgufType::Q4_0,
+        GgmlDType::Q4_1 => GgufType::Q4_1,
+        GgmlDType::Q5_0 => GgufType::Q5_0,
+        GgmlDType::Q5_1 => GgufType::Q5_1,
+        GgmlDType::Q8_0 => GgufType::Q8_0,
+        GgmlDType::Q4K => GgufType::Q4K,
+        GgmlDType::Q6K => GgufType::Q6K,
+        _ => return None,
+    })
+}
+
+fn config(ct: &gguf_file::Content) -> Result<LlamaConfig, String> {
+    let dim = md_usize(ct, "llama.embedding_length")?;
+    let heads = md_usize(ct, "llama.attention.head_count")?;
+    let kv_heads = md_usize(ct, "llama.attention.head_count_kv").unwrap_or(heads);
+    let layers = md_usize(ct, "llama.block_count")?;
+    let ffn = md_usize(ct, "llama.feed_forward_length")?;
+    if heads == 0 || kv_heads == 0 || dim % heads != 0 || heads % kv_heads != 0 || layers == 0 {
+        return Err(format!(
+            "inconsistent heads: dim {dim}, heads {heads}/{kv_heads}"
+        ));
+    }
+    let head_dim = dim / heads;
+    if head_dim % 2 != 0 {
+        return Err("odd head width".into());
+    }
+    if let Ok(rd) = md_usize(ct, "llama.rope.dimension_count") {
+        if rd != head_dim {
+            return Err(format!("partial rotary ({rd} of {head_dim})"));
+        }
+    }
+    if ct.metadata.contains_key("llama.rope.scaling.type")
+        || ct.tensor_infos.contains_key("rope_freqs.weight")
+    {
+        return Err("rope scaling".into());
+    }
+    if md_usize(ct, "llama.expert_count").unwrap_or(0) > 0 {
+        return Err("mixture of experts".into());
+    }
+    let embed = ct
+        .tensor_infos
+        .get("token_embd.weight")
+        .ok_or("missing token_embd.weight")?;
+    let vocab = embed.shape.dims().first().copied().unwrap_or(0);
+    Ok(LlamaConfig {
+        dim,
+        layers,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn,
+        vocab,
+        eps: md_f32(ct, "llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
+        rope_base: md_f32(ct, "llama.rope.freq_base").unwrap_or(10_000.0),
+    })
+}
+
+/// Tensor names and shapes (rows, cols) the model needs; vectors have rows = 1.
+fn tensor_plan(cfg: &LlamaConfig, tied: bool) -> Vec<(String, usize, usize)> {
+    let (d, kv, f) = (cfg.dim, cfg.kv_heads * cfg.head_dim, cfg.ffn);
+    let mut v = vec![
+        ("token_embd.weight".to_string(), cfg.vocab, d),
+        ("output_norm.weight".to_string(), 1, d),
+    ];
+    if !tied {
+        v.push(("output.weight".into(), cfg.vocab, d));
+    }
+    for l in 0..cfg.layers {
+        let p = format!("blk.{l}.");
+        v.extend([
+            (format!("{p}attn_norm.weight"), 1, d),
+            (format!("{p}attn_q.weight"), d, d),
+            (format!("{p}attn_k.weight"), kv, d),
+            (format!("{p}attn_v.weight"), kv, d),
+            (format!("{p}attn_output.weight"), d, d),
+            (format!("{p}ffn_norm.weight"), 1, d),
+            (format!("{p}ffn_gate.weight"), f, d),
+            (format!("{p}ffn_up.weight"), f, d),
+            (format!("{p}ffn_down.weight"), d, f),
+        ]);
+    }
+    v
+}
+
+/// Whether the fast path can run this GGUF: `Err` says why not (then candle's path is used).
+pub fn check_supported(ct: &gguf_file::Content) -> Result<(), String> {
+    let arch = md(ct, "general.architecture")?
+        .to_string()
+        .map_err(|e| e.to_string())?;
+    if arch != "llama" {
+        return Err(format!("architecture {arch}"));
+    }
+    let cfg = config(ct)?;
+    let tied = !ct.tensor_infos.contains_key("output.weight");
+    for (name, rows, cols) in tensor_plan(&cfg, tied) {
+        let info = ct
+            .tensor_infos
+            .get(&name)
+            .ok_or_else(|| format!("missing {name}"))?;
+        let ty = gguf_type(info.ggml_dtype)
+            .ok_or_else(|| format!("{name}: no kernel for {:?}", info.ggml_dtype))?;
+        let dims = info.shape.dims();
+        let ok = if rows == 1 {
+            dims.iter().product::<usize>() == cols && matches!(ty, GgufType::F32 | GgufType::F16)
+        } else {
+            dims == [rows, cols]
+                && !matches!(ty, GgufType::F32 | GgufType::F16)
+                && cols % ty.block_elems() == 0
+                && cols % kernels::QK == 0
+        };
+        if !ok {
+            return Err(format!(
+                "{name}: {:?} {dims:?}, expected {rows}x{cols}",
+                info.ggml_dtype
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Reader<'a, R> {
+    ct: &'a gguf_file::Content,
+    file: &'a mut R,
+    file_len: u64,
+}
+
+impl<R: Read + Seek> Reader<'_, R> {
+    fn bytes(&mut self, name: &str) -> Result<(GgufType, Vec<u8>), String> {
+        let info = self
+            .ct
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| format!("missing {name}"))?;
+        let ty = gguf_type(info.ggml_dtype).ok_or_else(|| format!("{name}: unsupported type"))?;
+        let elems: usize = info.shape.dims().iter().product();
+        let len = ty
+            .bytes_for(elems)
+            .ok_or_else(|| format!("{name}: not whole blocks"))?;
+        let start = self
+            .ct
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .ok_or_else(|| format!("{name}: bad offset"))?;
+        if start.saturating_add(len as u64) > self.file_len {
+            return Err(format!("{name}: data past the end of the file"));
+        }
+        self.file
+            .seek(SeekFrom::Start(start))
+            .map_err(|e| format!("{name}: {e}"))?;
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact(&mut buf)
+            .map_err(|e| format!("{name}: {e}"))?;
+        Ok((ty, buf))
+    }
+
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatrix, String> {
+        let (ty, buf) = self.bytes(name)?;
+        QMatrix::from_gguf(ty, rows, cols, &buf).map_err(|e| format!("{name}: {e}"))
+    }
+
+    fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, String> {
+        let (ty, buf) = self.bytes(name)?;
+        let v: Vec<f32> = match ty {
+            GgufType::F32 => buf
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            GgufType::F16 => buf
+                .chunks_exact(2)
+                .map(|c| kernels::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            _ => return Err(format!("{name}: expected a float vector")),
+        };
+        if v.len() != n {
+            return Err(format!("{name}: {} values, expected {n}", v.len()));
+        }
+        Ok(v)
+    }
+}
+
+impl LlamaModel {
+    /// Loads the weights of a llama GGUF whose header is `ct` from `file` (the same file).
+    pub fn load<R: Read + Seek>(ct: &gguf_file::Content, file: &mut R) -> Result<Self, String> {
+        check_supported(ct)?;
+        let cfg = config(ct)?;
+        let file_len = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| format!("cannot read the file: {e}"))?;
+        let mut rd = Reader { ct, file, file_len };
+        let (d, kv, f) = (cfg.dim, cfg.kv_heads * cfg.head_dim, cfg.ffn);
+        let embed = rd.matrix("token_embd.weight", cfg.vocab, d)?;
+        let norm = rd.vector("output_norm.weight", d)?;
+        let output = if ct.tensor_infos.contains_key("output.weight") {
+            Some(rd.matrix("output.weight", cfg.vocab, d)?)
+        } else {
+            None
+        };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let p = format!("blk.{l}.");
+            layers.push(Layer {
+                attn_norm: rd.vector(&format!("{p}attn_norm.weight"), d)?,
+                wq: rd.matrix(&format!("{p}attn_q.weight"), d, d)?,
+                wk: rd.matrix(&format!("{p}attn_k.weight"), kv, d)?,
+                wv: rd.matrix(&format!("{p}attn_v.weight"), kv, d)?,
+                wo: rd.matrix(&format!("{p}attn_output.weight"), d, d)?,
+                ffn_norm: rd.vector(&format!("{p}ffn_norm.weight"), d)?,
+                gate: rd.matrix(&format!("{p}ffn_gate.weight"), f, d)?,
+                up: rd.matrix(&format!("{p}ffn_up.weight"), f, d)?,
+                down: rd.matrix(&format!("{p}ffn_down.weight"), d, f)?,
+            });
+        }
+        let half = cfg.head_dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| 1.0 / cfg.rope_base.powf((2 * i) as f32 / cfg.head_dim as f32))
+            .collect();
+        let layers_n = cfg.layers;
+        Ok(LlamaModel {
+            w: Arc::new(LlamaWeights {
+                cfg,
+                embed,
+                layers,
+                norm,
+                output,
+                inv_freq,
+            }),
+            k: vec![Vec::new(); layers_n],
+            v: vec![Vec::new(); layers_n],
+            len: 0,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.w.cfg
+    }
+
+    /// Tokens in the KV cache.
+    pub fn cached(&self) -> usize {
+        self.len
+    }
+
+    /// Forgets the KV cache (keeping its memory).
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let kv = self.w.cfg.kv_heads * self.w.cfg.head_dim;
+        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
+            c.truncate(len * kv);
+        }
+        self.len = len.min(self.len);
+    }
+
+    /// Runs `tokens` at positions `pos..` (dropping any cached tokens from `pos` on) and
+    /// returns the logits of the last one.
+    pub fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>, String> {
+        let w = self.w.clone();
+        let cfg = &w.cfg;
+        if tokens.is_empty() {
+            return Err("no tokens".into());
+        }
+        if pos > self.len {
+            return Err(format!(
+                "position {pos} is past the {} cached tokens",
+                self.len
+            ));
+        }
+        self.truncate(pos);
+        let (d, hd, t_n) = (cfg.dim, cfg.head_dim, tokens.len());
+        let kv = cfg.kv_heads * hd;
+        let mut x = vec![0f32; t_n * d];
+        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
+            if !w.embed.dequantize_row(tok as usize, row) {
+                return Err(format!(
+                    "token {tok} is outside the vocabulary of {}",
+                    cfg.vocab
+                ));
+            }
+        }
+        // RoPE angles of the new positions.
+        let half = hd / 2;
+        let mut cos = vec![0f32; t_n * half];
+        let mut sin = vec![0f32; t_n * half];
+        for t in 0..t_n {
+            let p = (pos + t) as f32;
+            for (i, f) in w.inv_freq.iter().enumerate() {
+                let a = p * f;
+                cos[t * half + i] = a.cos();
+                sin[t * half + i] = a.sin();
+            }
+        }
+        let mut h = vec![0f32; t_n * d];
+        let mut act = QAct::default();
+        let (mut q, mut k, mut v) = (
+            vec![0f32; t_n * d],
+            vec![0f32; t_n * kv],
+            vec![0f32; t_n * kv],
+        );
+        let mut attn = vec![0f32; t_n * d];
+        let mut o = vec![0f32; t_n * d];
+        let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
+        let total = pos + t_n;
+        for (li, layer) in w.layers.iter().enumerate() {
+            rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
+            act.quantize(&h, d);
+            kernels::matmul(
+                &mut [
+                    (&layer.wq, &mut q[..]),
+                    (&layer.wk, &mut k[..]),
+                    (&layer.wv, &mut v[..]),
+                ],
+                &act,
+            );
+            rope(&mut q, hd, &cos, &sin);
+            rope(&mut k, hd, &cos, &sin);
+            let (kc, vc) = (&mut self.k[li], &mut self.v[li]);
+            if kc.capacity() < total * kv {
+                let want = (total + 256) * kv;
+                kc.reserve(want - kc.len());
+                vc.reserve(want - vc.len());
+            }
+            kc.extend_from_slice(&k);
+            vc.extend_from_slice(&v);
+            attention(cfg, &q, kc, vc, pos, t_n, &mut attn);
+            act.quantize(&attn, d);
+            kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
+            add(&mut x, &o);
+            rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
+            act.quantize(&h, d);
+            kernels::matmul(
+                &mut [(&layer.gate, &mut g[..]), (&layer.up, &mut u[..])],
+                &act,
+            );
+            for (a, b) in g.iter_mut().zip(&u) {
+                *a = *a / (1.0 + (-*a).exp()) * b;
+            }
+            act.quantize(&g, cfg.ffn);
+            kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
+            add(&mut x, &o);
+        }
+        self.len = total;
+        let last = &x[(t_n - 1) * d..];
+        let mut hl = vec![0f32; d];
+        rms_norm(last, &w.norm, cfg.eps, &mut hl);
+        act.quantize(&hl, d);
+        let head = w.output.as_ref().unwrap_or(&w.embed);
+        let mut logits = vec![0f32; cfg.vocab];
+        kernels::matmul(&mut [(head, &mut logits[..])], &act);
+        Ok(logits)
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// Sum of squares with eight independent lanes (vectorizes without reassociation).
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ms = dot8(xr, xr) / d as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        for ((o, a), g) in or.iter_mut().zip(xr).zip(w) {
+            *o = a * scale * g;
+        }
+    }
+}
+
+/// Interleaved (GGML "normal") rotary embedding of every head of every row.
+fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+    let half = hd / 2;
+    let t_n = cos.len() / half;
+    let row = x.len() / t_n;
+    for (t, xr) in x.chunks_exact_mut(row).enumerate() {
+        let (c, s) = (
+            &cos[t * half..(t + 1) * half],
+            &sin[t * half..(t + 1) * half],
+        );
+        for head in xr.chunks_exact_mut(hd) {
+            for i in 0..half {
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * c[i] - b * s[i];
+                head[2 * i + 1] = a * s[i] + b * c[i];
+            }
+        }
+    }
+}
+
+/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache.
+fn attention(
+    cfg: &LlamaConfig,
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    pos: usize,
+    t_n: usize,
+    out: &mut [f32],
+) {
+    let (hd, heads) = (cfg.head_dim, cfg.heads);
+    let kv = cfg.kv_heads * hd;
+    let group = heads / cfg.kv_heads;
+    let d = heads * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
+    // Per head: [t][hd], so that each head's output is one disjoint chunk.
+    let mut per_head = vec![0f32; heads * t_n * hd];
+    {
+        let chunks: Vec<Mutex<&mut [f32]>> =
+            per_head.chunks_mut(t_n * hd).map(Mutex::new).collect();
+        let one_head = |h: usize| {
+            let mut dst = chunks[h].lock();
+            let g = h / group;
+            let mut scores = vec![0f32; pos + t_n];
+            for t in 0..t_n {
+                let n = pos + t + 1;
+                let qv = &q[t * d + h * hd..t * d + (h + 1) * hd];
+                let mut mx = f32::NEG_INFINITY;
+                for (j, s) in scores[..n].iter_mut().enumerate() {
+                    *s = dot8(qv, &kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
+                    mx = mx.max(*s);
+                }
+                let mut sum = 0f32;
+                for s in scores[..n].iter_mut() {
+                    *s = (*s - mx).exp();
+                    sum += *s;
+                }
+                let inv = 1.0 / sum;
+                let o = &mut dst[t * hd..(t + 1) * hd];
+                o.fill(0.0);
+                for (j, s) in scores[..n].iter().enumerate() {
+                    let p = s * inv;
+                    let vr = &vc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                    for (a, b) in o.iter_mut().zip(vr) {
+                        *a += p * b;
+                    }
+                }
+            }
+        };
+        let pool = kernels::pool::global();
+        if t_n > 1 && pool.threads() > 1 {
+            let n = pool.threads();
+            pool.run(&|tid| {
+                for h in (tid..heads).step_by(n) {
+                    one_head(h);
+                }
+            });
+        } else {
+            for h in 0..heads {
+                one_head(h);
+            }
+        }
+    }
+    for t in 0..t_n {
+        for h in 0..heads {
+            out[t * d + h * hd..t * d + (h + 1) * hd]
+                .copy_from_slice(&per_head[(h * t_n + t) * hd..(h * t_n + t + 1) * hd]);
+        }
+    }
+}
+
+/// Which forward pass runs a model ([`crate::options::LoadOptions::kernels`]).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernels {
+    /// Our kernels when supported, else candle; `FERROGRAPH_KERNELS=candle|fast` overrides.
+    #[default]
+    Auto,
+    /// Always candle's quantized models (the reference path).
+    Candle,
+    /// Our kernels; loading fails when the model is not supported by them.
+    Fast,
+}
+
+impl Kernels {
+    /// `Auto` resolved against `FERROGRAPH_KERNELS`.
+    pub fn resolve(self) -> Kernels {
+        match self {
+            Kernels::Auto => match std::env::var("FERROGRAPH_KERNELS").as_deref() {
+                Ok("candle") => Kernels::Candle,
+                Ok("fast") => Kernels::Fast,
+                _ => Kernels::Auto,
+            },
+            k => k,
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! AVX2 + FMA dot products (x86-64).
+
+use super::{Acts, Packed, QK};
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Dot products of the weight blocks `r` with each activation row of `x` (1 to 4), into
+/// `out`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
+    match out.len() {
+        1 => tile::<1>(w, r, x, out),
+        2 => tile::<2>(w, r, x, out),
+        3 => tile::<3>(w, r, x, out),
+        _ => tile::<4>(w, r, x, out),
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
+    let nb = x.nb;
+    // Every pointer read below is within these bounds.
+    assert!(out.len() >= NT && r.len() == nb);
+    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb && x.s.len() >= NT * nb);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); NT];
+    let mut macc = [0f32; NT];
+    let xq = x.q.as_ptr();
+    match w {
+        Packed::U4 { d, m, q } => {
+            let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * 16..r.end * 16]);
+            let m4 = _mm_set1_epi8(0x0f);
+            for b in 0..nb {
+                // SAFETY (reads): `q` holds `16 * nb` bytes and activations `NT * nb * QK`
+                // (asserted above).
+                let raw = _mm_loadu_si128(q.as_ptr().add(16 * b) as *const __m128i);
+                let lo = _mm_and_si128(raw, m4);
+                let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+                let wv = _mm256_set_m128i(hi, lo);
+                let (db, mb) = (d[b], m[b]);
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, y), ones);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                    macc[t] += mb * *x.s.get_unchecked(xb);
+                }
+            }
+        }
+        Packed::U8 { d, m, q } => {
+            let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * QK..r.end * QK]);
+            for b in 0..nb {
+                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                let (db, mb) = (d[b], m[b]);
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, y), ones);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                    macc[t] += mb * *x.s.get_unchecked(xb);
+                }
+            }
+        }
+        Packed::I8 { d, q } => {
+            let (d, q) = (&d[r.clone()], &q[r.start * QK..r.end * QK]);
+            for b in 0..nb {
+                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                let aw = _mm256_sign_epi8(wv, wv);
+                let db = d[b];
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let sy = _mm256_sign_epi8(y, wv);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                }
+            }
+        }
+        Packed::I8S16 { d, s, q } => {
+            let (d, s, q) = (
+                &d[r.clone()],
+                &s[r.start * 2..r.end * 2],
+                &q[r.start * QK..r.end * QK],
+            );
+            for b in 0..nb {
+                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                let aw = _mm256_sign_epi8(wv, wv);
+                let scv = _mm256_set_m128i(_mm_set1_epi16(s[2 * b + 1]), _mm_set1_epi16(s[2 * b]));
+                let db = d[b];
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let sy = _mm256_sign_epi8(y, wv);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), scv);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                }
+            }
+        }
+    }
+    for t in 0..NT {
+        out[t] = hsum(acc[t]) + macc[t];
+    }
+}

@@ -1,0 +1,573 @@
+//! Quantized CPU kernels for the fast inference path ([`crate::fast`]).
+//!
+//! Weights are repacked at load time from their GGUF block types into a few internal layouts
+//! ([`Packed`]), each made of blocks of 32 elements with `f32` scales:
+//!
+//! | layout | value of element `i` of a block | from GGUF |
+//! |---|---|---|
+//! | `U4` | `d * q[i] + m`, `q` 4-bit | Q4_0, Q4_1, Q4_K |
+//! | `U8` | `d * q[i] + m`, `q` 0..=31 | Q5_0, Q5_1 |
+//! | `I8` | `d * q[i]`, `q` signed 8-bit | Q8_0 |
+//! | `I8S16` | `d * s[i / 16] * q[i]`, `q` -32..=31 | Q6_K |
+//!
+//! Activations are quantized per row into blocks of 32 signed bytes with an `f32` scale and
+//! the scaled block sum ([`QAct`]); a dot product is then integer multiply-adds per block
+//! plus one float multiply-add per block. The SIMD versions (AVX2 + FMA on x86-64) are
+//! chosen at run time; a scalar version is the fallback and the reference the property tests
+//! compare against. Matrix products split the output rows over the [`pool`] and process up to
+//! four activation rows per weight row, so a weight block is unpacked once for four tokens
+//! during prefill.
+//!
+//! The only `unsafe` code of the crate lives in this module: SIMD intrinsics, the pool's
+//! lifetime erasure, and disjoint parallel writes of matrix product outputs.
+#![allow(unsafe_code)]
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+pub mod pool;
+mod scalar;
+
+use std::sync::OnceLock;
+
+/// Elements per block of every internal layout and of quantized activations.
+pub const QK: usize = 32;
+
+/// Why a tensor cannot be repacked.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// The GGUF block type has no kernel here.
+    #[error("unsupported tensor type {0}")]
+    Unsupported(String),
+    /// The byte length or shape does not match the block type.
+    #[error("malformed tensor: {0}")]
+    Malformed(String),
+}
+
+/// GGUF block types that can be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgufType {
+    /// 32-bit floats.
+    F32,
+    /// 16-bit floats.
+    F16,
+    /// 4-bit, scale, 32 per block.
+    Q4_0,
+    /// 4-bit, scale and minimum, 32 per block.
+    Q4_1,
+    /// 5-bit, scale, 32 per block.
+    Q5_0,
+    /// 5-bit, scale and minimum, 32 per block.
+    Q5_1,
+    /// 8-bit, scale, 32 per block.
+    Q8_0,
+    /// 4-bit k-quant, 256 per super-block.
+    Q4K,
+    /// 6-bit k-quant, 256 per super-block.
+    Q6K,
+}
+
+impl GgufType {
+    /// Elements per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            GgufType::F32 | GgufType::F16 => 1,
+            GgufType::Q4K | GgufType::Q6K => 256,
+            _ => 32,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            GgufType::F32 => 4,
+            GgufType::F16 => 2,
+            GgufType::Q4_0 => 18,
+            GgufType::Q4_1 => 20,
+            GgufType::Q5_0 => 22,
+            GgufType::Q5_1 => 24,
+            GgufType::Q8_0 => 34,
+            GgufType::Q4K => 144,
+            GgufType::Q6K => 210,
+        }
+    }
+
+    /// Bytes of a tensor of `elems` elements (`None` when not a whole number of blocks).
+    pub fn bytes_for(self, elems: usize) -> Option<usize> {
+        if elems % self.block_elems() != 0 {
+            return None;
+        }
+        (elems / self.block_elems()).checked_mul(self.block_bytes())
+    }
+}
+
+/// IEEE half to single precision.
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0 {
+        if man == 0 {
+            sign
+        } else {
+            // Subnormal: renormalize.
+            let mut e = 127 - 15 + 1;
+            let mut m = man;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | ((e as u32) << 23) | ((m & 0x3ff) << 13)
+        }
+    } else if exp == 0x1f {
+        sign | 0x7f80_0000 | (man << 13)
+    } else {
+        sign | ((exp + 127 - 15) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+fn rd_f16(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Repacked weights of a matrix: see the module documentation.
+#[derive(Clone, Debug)]
+pub enum Packed {
+    /// `d * q + m`, 4-bit `q`, 16 bytes per block: element `i < 16` in the low nibble of byte
+    /// `i`, element `i + 16` in its high nibble.
+    U4 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Offset per block.
+        m: Vec<f32>,
+        /// Nibbles.
+        q: Vec<u8>,
+    },
+    /// `d * q + m`, `q` in 0..=31, 32 bytes per block.
+    U8 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Offset per block.
+        m: Vec<f32>,
+        /// Quants.
+        q: Vec<u8>,
+    },
+    /// `d * q`, signed `q`, 32 bytes per block.
+    I8 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Quants.
+        q: Vec<i8>,
+    },
+    /// `d * s * q`, `q` in -32..=31, one `s` per 16 elements.
+    I8S16 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Two sub-scales per block.
+        s: Vec<i16>,
+        /// Quants.
+        q: Vec<i8>,
+    },
+}
+
+/// A weight matrix of `rows` output features by `cols` input features, row-major, repacked.
+#[derive(Clone, Debug)]
+pub struct QMatrix {
+    /// Output features.
+    pub rows: usize,
+    /// Input features (a multiple of [`QK`]).
+    pub cols: usize,
+    /// The GGUF type it came from.
+    pub source: GgufType,
+    /// The repacked data.
+    pub packed: Packed,
+}
+
+impl QMatrix {
+    /// Repacks a GGUF tensor of `rows` x `cols` (`cols` contiguous) from its raw bytes.
+    pub fn from_gguf(
+        ty: GgufType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<QMatrix, KernelError> {
+        if cols == 0 || rows == 0 || cols % QK != 0 || cols % ty.block_elems() != 0 {
+            return Err(KernelError::Malformed(format!(
+                "{rows}x{cols} does not fit {ty:?} blocks"
+            )));
+        }
+        let elems = rows
+            .checked_mul(cols)
+            .ok_or_else(|| KernelError::Malformed("size overflows".into()))?;
+        let need = ty
+            .bytes_for(elems)
+            .ok_or_else(|| KernelError::Malformed("size overflows".into()))?;
+        if data.len() != need {
+            return Err(KernelError::Malformed(format!(
+                "{ty:?} {rows}x{cols} needs {need} bytes, got {}",
+                data.len()
+            )));
+        }
+        let nb = elems / QK;
+        let bb = ty.block_bytes();
+        let packed = match ty {
+            GgufType::Q4_0 | GgufType::Q4_1 => {
+                let (mut d, mut m, mut q) = (
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb * 16),
+                );
+                for blk in data.chunks_exact(bb) {
+                    let scale = rd_f16(blk, 0);
+                    if ty == GgufType::Q4_0 {
+                        d.push(scale);
+                        m.push(-8.0 * scale);
+                        q.extend_from_slice(&blk[2..18]);
+                    } else {
+                        d.push(scale);
+                        m.push(rd_f16(blk, 2));
+                        q.extend_from_slice(&blk[4..20]);
+                    }
+                }
+                Packed::U4 { d, m, q }
+            }
+            GgufType::Q5_0 | GgufType::Q5_1 => {
+                let (mut d, mut m, mut q) = (
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb * 32),
+                );
+                for blk in data.chunks_exact(bb) {
+                    let scale = rd_f16(blk, 0);
+                    let (min, hbase) = if ty == GgufType::Q5_0 {
+                        (-16.0 * scale, 2)
+                    } else {
+                        (rd_f16(blk, 2), 4)
+                    };
+                    let qh = u32::from_le_bytes([
+                        blk[hbase],
+                        blk[hbase + 1],
+                        blk[hbase + 2],
+                        blk[hbase + 3],
+                    ]);
+                    let qs = &blk[hbase + 4..hbase + 20];
+                    let mut vals = [0u8; 32];
+                    for i in 0..16 {
+                        vals[i] = (qs[i] & 0x0f) | ((((qh >> i) & 1) as u8) << 4);
+                        vals[i + 16] = (qs[i] >> 4) | ((((qh >> (i + 16)) & 1) as u8) << 4);
+                    }
+                    d.push(scale);
+                    m.push(min);
+                    q.extend_from_slice(&vals);
+                }
+                Packed::U8 { d, m, q }
+            }
+            GgufType::Q8_0 => {
+                let (mut d, mut q) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 32));
+                for blk in data.chunks_exact(bb) {
+                    d.push(rd_f16(blk, 0));
+                    q.extend(blk[2..34].iter().map(|&b| b as i8));
+                }
+                Packed::I8 { d, q }
+            }
+            GgufType::Q4K => {
+                let (mut d, mut m, mut q) = (
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb * 16),
+                );
+                for blk in data.chunks_exact(bb) {
+                    let sd = rd_f16(blk, 0);
+                    let smin = rd_f16(blk, 2);
+                    let sc = &blk[4..16];
+                    let qs = &blk[16..144];
+                    for j in 0..8 {
+                        let (s, mn) = if j < 4 {
+                            (sc[j] & 63, sc[j + 4] & 63)
+                        } else {
+                            (
+                                (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4),
+                                (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
+                            )
+                        };
+                        d.push(sd * s as f32);
+                        m.push(-smin * mn as f32);
+                        let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                        let shift = if j % 2 == 0 { 0 } else { 4 };
+                        for i in 0..16 {
+                            let lo = (chunk[i] >> shift) & 0x0f;
+                            let hi = (chunk[i + 16] >> shift) & 0x0f;
+                            q.push(lo | (hi << 4));
+                        }
+                    }
+                }
+                Packed::U4 { d, m, q }
+            }
+            GgufType::Q6K => {
+                let (mut d, mut s, mut q) = (
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb * 2),
+                    Vec::with_capacity(nb * 32),
+                );
+                for blk in data.chunks_exact(bb) {
+                    let ql = &blk[0..128];
+                    let qh = &blk[128..192];
+                    let sc = &blk[192..208];
+                    let sd = rd_f16(blk, 208);
+                    let mut vals = [0i8; 256];
+                    for half in 0..2 {
+                        let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+                        let base = 128 * half;
+                        for l in 0..32 {
+                            let h = qh[l];
+                            vals[base + l] = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
+                            vals[base + l + 32] =
+                                ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
+                            vals[base + l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+                            vals[base + l + 96] =
+                                ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+                        }
+                    }
+                    for b in 0..8 {
+                        d.push(sd);
+                        s.push(sc[2 * b] as i8 as i16);
+                        s.push(sc[2 * b + 1] as i8 as i16);
+                    }
+                    q.extend_from_slice(&vals);
+                }
+                Packed::I8S16 { d, s, q }
+            }
+            GgufType::F32 | GgufType::F16 => {
+                return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
+            }
+        };
+        Ok(QMatrix {
+            rows,
+            cols,
+            source: ty,
+            packed,
+        })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        match &self.packed {
+            Packed::U4 { d, m, q } | Packed::U8 { d, m, q } => (d.len() + m.len()) * 4 + q.len(),
+            Packed::I8 { d, q } => d.len() * 4 + q.len(),
+            Packed::I8S16 { d, s, q } => d.len() * 4 + s.len() * 2 + q.len(),
+        }
+    }
+
+    /// Writes row `row` as floats into `out` (`cols` long). `false` when out of range.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> bool {
+        if row >= self.rows || out.len() != self.cols {
+            return false;
+        }
+        let nb = self.cols / QK;
+        let b0 = row * nb;
+        for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+            let blk = b0 + b;
+            match &self.packed {
+                Packed::U4 { d, m, q } => {
+                    let qs = &q[blk * 16..blk * 16 + 16];
+                    for i in 0..16 {
+                        o[i] = d[blk] * (qs[i] & 0x0f) as f32 + m[blk];
+                        o[i + 16] = d[blk] * (qs[i] >> 4) as f32 + m[blk];
+                    }
+                }
+                Packed::U8 { d, m, q } => {
+                    for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
+                        o[i] = d[blk] * *v as f32 + m[blk];
+                    }
+                }
+                Packed::I8 { d, q } => {
+                    for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
+                        o[i] = d[blk] * *v as f32;
+                    }
+                }
+                Packed::I8S16 { d, s, q } => {
+                    for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
+                        o[i] = d[blk] * s[blk * 2 + i / 16] as f32 * *v as f32;
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Rows of activations quantized to 8-bit blocks of [`QK`].
+#[derive(Clone, Debug, Default)]
+pub struct QAct {
+    /// Elements per row.
+    pub cols: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Quants, `rows * cols`.
+    pub q: Vec<i8>,
+    /// Scale per block.
+    pub d: Vec<f32>,
+    /// Scale times the sum of the block's quants.
+    pub s: Vec<f32>,
+}
+
+impl QAct {
+    /// Quantizes `x` (`rows` rows of `cols`, `cols` a multiple of [`QK`]) into `self`.
+    pub fn quantize(&mut self, x: &[f32], cols: usize) {
+        debug_assert!(cols % QK == 0 && x.len() % cols.max(1) == 0);
+        let rows = x.len().checked_div(cols).unwrap_or(0);
+        let nb = x.len() / QK;
+        self.cols = cols;
+        self.rows = rows;
+        self.q.resize(x.len(), 0);
+        self.d.resize(nb, 0.0);
+        self.s.resize(nb, 0.0);
+        for (b, (xb, qb)) in x
+            .chunks_exact(QK)
+            .zip(self.q.chunks_exact_mut(QK))
+            .enumerate()
+        {
+            let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (o, v) in qb.iter_mut().zip(xb) {
+                // Round to nearest even without a libm call (|v * id| <= 127).
+                let r = (v * id + 12_582_912.0) - 12_582_912.0;
+                let qi = r as i32;
+                *o = qi as i8;
+                sum += qi;
+            }
+            self.d[b] = d;
+            self.s[b] = d * sum as f32;
+        }
+    }
+}
+
+/// Instruction sets with kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable scalar code (the reference).
+    Scalar,
+    /// x86-64 AVX2 + FMA.
+    Avx2,
+}
+
+/// The best instruction set of this CPU (`FERROGRAPH_ISA=scalar` forces the fallback).
+pub fn detected_isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        if std::env::var("FERROGRAPH_ISA").is_ok_and(|v| v == "scalar") {
+            return Isa::Scalar;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    })
+}
+
+/// Whether `isa` can run on this CPU.
+pub fn isa_available(isa: Isa) -> bool {
+    match isa {
+        Isa::Scalar => true,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 => false,
+    }
+}
+
+/// Dot products of weight row `row` with activation rows `t0..t0 + out.len()` (at most 4),
+/// into `out`.
+fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f32]) {
+    let nb = w.cols / QK;
+    let nt = out.len();
+    let xs = Acts {
+        q: &x.q[t0 * w.cols..(t0 + nt) * w.cols],
+        d: &x.d[t0 * nb..(t0 + nt) * nb],
+        s: &x.s[t0 * nb..(t0 + nt) * nb],
+        nb,
+    };
+    let r = row * nb..(row + 1) * nb;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA (see
+        // `detected_isa`; callers of `matmul_with` check `isa_available`).
+        unsafe { avx2::dot_tile(&w.packed, r, &xs, out) };
+        return;
+    }
+    let _ = isa;
+    scalar::dot_tile(&w.packed, r, &xs, out);
+}
+
+/// A tile of activation rows, sliced for one weight row's blocks.
+pub(crate) struct Acts<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+    pub nb: usize,
+}
+
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32, usize);
+// SAFETY: used only to write disjoint elements from the pool's threads (see `matmul_with`).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// `out_j[t * rows_j + r] = dot(w_j row r, x row t)` for every job `(w_j, out_j)`, all jobs
+/// sharing one activation and one parallel dispatch over the pool.
+///
+/// # Panics
+/// When an output's length is not `x.rows * w.rows` or `x.cols != w.cols` (programming
+/// errors; shapes are checked at load).
+pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
+    matmul_with(detected_isa(), pool::global(), jobs, x)
+}
+
+/// [`matmul`] with an explicit instruction set and pool.
+pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
+    let isa = if isa_available(isa) { isa } else { Isa::Scalar };
+    let t = x.rows;
+    let mut total = 0;
+    let mut outs = Vec::with_capacity(jobs.len());
+    for (w, out) in jobs.iter_mut() {
+        assert_eq!(w.cols, x.cols, "matmul: inner dimensions differ");
+        assert_eq!(out.len(), t * w.rows, "matmul: output size");
+        outs.push((*w, OutPtr(out.as_mut_ptr(), out.len()), total));
+        total += w.rows;
+    }
+    let threads = pool.threads().min(total.max(1));
+    let work = |tid: usize| {
+        if tid >= threads {
+            return;
+        }
+        let (lo, hi) = (total * tid / threads, total * (tid + 1) / threads);
+        let mut tile = [0f32; 4];
+        for &(w, out, start) in &outs {
+            let (a, b) = (lo.max(start), hi.min(start + w.rows));
+            for global in a..b.max(a) {
+                let r = global - start;
+                let mut t0 = 0;
+                while t0 < t {
+                    let nt = (t - t0).min(4);
+                    dot_tile(isa, w, r, x, t0, &mut tile[..nt]);
+                    for (i, v) in tile[..nt].iter().enumerate() {
+                        let idx = (t0 + i) * w.rows + r;
+                        assert!(idx < out.1);
+                        // SAFETY: `idx` is in bounds (checked) of the output, which outlives
+                        // the dispatch; each (token, row) pair is written by exactly one
+                        // thread, since the row ranges of the threads are disjoint.
+                        unsafe { *out.0.add(idx) = *v };
+                    }
+                    t0 += nt;
+                }
+            }
+        }
+    };
+    pool.run(&work);
+}
