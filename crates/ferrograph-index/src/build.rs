@@ -116,7 +116,7 @@ pub fn collect_files(root: &Path, opts: &BuildOptions) -> Result<Vec<(PathBuf, S
             let Ok(ft) = e.file_type() else { continue };
             let path = e.path();
             if ft.is_dir() {
-                if !opts.skip_dirs.iter().any(|s| *s == name) {
+                if !opts.skip_dirs.contains(&name) {
                     stack.push(path);
                 }
             } else if ft.is_file() {

@@ -274,7 +274,7 @@ fn list_dumps(dir: &Path) -> Vec<(u64, PathBuf)> {
             }
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|x| std::cmp::Reverse(x.0));
     out
 }
 

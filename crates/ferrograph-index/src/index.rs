@@ -768,7 +768,7 @@ impl Index {
                             }
                         }
                         POp::DeleteChunk(id) => {
-                            if let Some(m) = tcm.get(&key(*id))? {
+                            if let Some(m) = tcm.get(key(*id))? {
                                 let m: ChunkMeta =
                                     serde_json::from_slice(&m).map_err(|e| abort(e.to_string()))?;
                                 del(*id, &mut removed)?;
