@@ -6,7 +6,12 @@
 //!   must match the scalar one.
 //! - On the real SmolLM2-135M Q4_1 (when present): logits within a stated tolerance of
 //!   candle's `quantized_llama`, and identical greedy generations on a fixed prompt set.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::explicit_counter_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    clippy::explicit_counter_loop
+)]
 
 use ferrograph_llm::kernels::{self, pool::Pool, GgufType, Isa, QAct, QMatrix, QK};
 use proptest::prelude::*;

@@ -154,7 +154,9 @@ impl Drop for Pool {
 }
 
 fn worker(inner: &Inner, index: usize) {
-    let mut seen = inner.generation.load(Ordering::SeqCst);
+    // The pool starts at generation 0: a job dispatched before this thread got here must
+    // still be seen as new.
+    let mut seen = 0;
     loop {
         let mut since = Instant::now();
         let mut spins = 0u32;
