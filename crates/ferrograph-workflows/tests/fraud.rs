@@ -189,13 +189,10 @@ async fn deterministic_investigation_finds_planted_fraud_and_clears_legitimate()
     assert_eq!(audit[0].steps, ALL);
     let full = st.investigation("det-fraud").unwrap().unwrap();
     assert_eq!(full["tool_log"].as_array().unwrap().len(), 6);
-    assert!(
-        full["recommendations"]["recommendations"]
-            .as_array()
-            .unwrap()
-            .len()
-            >= 1
-    );
+    assert!(!full["recommendations"]["recommendations"]
+        .as_array()
+        .unwrap()
+        .is_empty());
     let rendered = fraud::metrics::render();
     assert!(rendered.contains("ops_agent_investigation_completed_total{status=\"COMPLETED\""));
     assert!(rendered.contains(

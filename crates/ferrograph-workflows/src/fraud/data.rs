@@ -50,7 +50,6 @@ pub struct FraudData {
     pub features: Vec<TxFeatures>,
     /// Where it was loaded from.
     pub dir: PathBuf,
-    by_id: HashMap<String, usize>,
     index: super::similarity::SimilarityIndex,
 }
 
@@ -76,17 +75,10 @@ impl FraudData {
         let dataset = Dataset::load_or_generate(dir, DEFAULT_SEED)?;
         let features = all_features(&dataset);
         let index = super::similarity::SimilarityIndex::build(dir, &dataset, &features)?;
-        let by_id = dataset
-            .transactions
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id.clone(), i))
-            .collect();
         let data = Arc::new(FraudData {
             dataset,
             features,
             dir: key.clone(),
-            by_id,
             index,
         });
         if let Ok(mut c) = cache().lock() {
@@ -97,7 +89,7 @@ impl FraudData {
 
     /// Features of a transaction.
     pub fn features_of(&self, id: &str) -> Option<&TxFeatures> {
-        self.by_id.get(id).map(|&i| &self.features[i])
+        self.dataset.position(id).map(|i| &self.features[i])
     }
 
     /// The `k` settled transactions before `before_ms` most similar to `vector`; `exact`
@@ -112,7 +104,7 @@ impl FraudData {
         let hits = if exact {
             self.index.exact(vector, k, before_ms)
         } else {
-            self.index.search(vector, k, before_ms)?
+            self.index.search(&self.dataset, vector, k, before_ms)?
         };
         Ok(hits
             .into_iter()

@@ -209,7 +209,12 @@ impl Dataset {
 
     /// A transaction by id.
     pub fn transaction(&self, id: &str) -> Option<&Transaction> {
-        self.by_tx.get(id).map(|&i| &self.transactions[i])
+        self.position(id).map(|i| &self.transactions[i])
+    }
+
+    /// Where a transaction is in [`Dataset::transactions`].
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.by_tx.get(id).copied()
     }
 
     /// An account by id.
@@ -259,23 +264,16 @@ impl Dataset {
     /// temporary name and renamed, the manifest last.
     pub fn write(&self, dir: &Path) -> Result<(), DatasetError> {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        let json = |v: &dyn erased_json::Ser| v.to_pretty();
-        write_atomic(&dir.join("accounts.json"), json(&self.accounts).as_bytes())?;
-        write_atomic(
-            &dir.join("merchants.json"),
-            json(&self.merchants).as_bytes(),
-        )?;
+        write_json(&dir.join("accounts.json"), &self.accounts)?;
+        write_json(&dir.join("merchants.json"), &self.merchants)?;
         let mut lines = String::with_capacity(self.transactions.len() * 256);
         for t in &self.transactions {
             lines.push_str(&serde_json::to_string(t).unwrap_or_default());
             lines.push('\n');
         }
         write_atomic(&dir.join("transactions.jsonl"), lines.as_bytes())?;
-        write_atomic(&dir.join("cases.json"), json(&self.cases).as_bytes())?;
-        write_atomic(
-            &dir.join("manifest.json"),
-            json(&self.manifest()).as_bytes(),
-        )?;
+        write_json(&dir.join("cases.json"), &self.cases)?;
+        write_json(&dir.join("manifest.json"), &self.manifest())?;
         Ok(())
     }
 
@@ -332,15 +330,12 @@ impl Dataset {
     }
 }
 
-mod erased_json {
-    pub trait Ser {
-        fn to_pretty(&self) -> String;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn to_pretty(&self) -> String {
-            serde_json::to_string_pretty(self).unwrap_or_default()
-        }
-    }
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), DatasetError> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| DatasetError::Malformed {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    write_atomic(path, &bytes)
 }
 
 fn io(path: &Path, source: std::io::Error) -> DatasetError {

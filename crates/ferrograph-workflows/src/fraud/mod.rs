@@ -38,7 +38,7 @@ use ferrograph::{CheckpointSaver, CompileError};
 use ferrograph_llm::{ChatModel, GenerateOptions};
 use ferrograph_tools::{ToolContext, ToolRegistry};
 use serde_json::{json, Value};
-use state::{status, PlannerDecision, ToolExecution, COMPLETE};
+use state::{status, ToolExecution, COMPLETE};
 pub use state::{FeatureFlags, Investigation, InvestigationUpdate, Safeguards};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,6 +97,8 @@ impl FraudSettings {
 struct Shared {
     settings: FraudSettings,
     tools: ToolFactory,
+    /// Registries already made, by dataset folder: every planner and executor step needs one.
+    registries: std::sync::Mutex<std::collections::HashMap<PathBuf, ToolRegistry>>,
 }
 
 impl Shared {
@@ -109,7 +111,20 @@ impl Shared {
     }
 
     fn registry(&self, s: &Investigation) -> Result<ToolRegistry, NodeError> {
-        (self.tools)(&self.data_dir(s)).map_err(NodeError::failed)
+        let dir = self.data_dir(s);
+        if let Some(r) = self
+            .registries
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&dir).cloned())
+        {
+            return Ok(r);
+        }
+        let r = (self.tools)(&dir).map_err(NodeError::failed)?;
+        if let Ok(mut m) = self.registries.lock() {
+            m.insert(dir, r.clone());
+        }
+        Ok(r)
     }
 }
 
@@ -143,7 +158,11 @@ pub fn graph_with(
     settings: FraudSettings,
     tools: ToolFactory,
 ) -> Result<CompiledGraph<Investigation>, CompileError> {
-    let shared = Arc::new(Shared { settings, tools });
+    let shared = Arc::new(Shared {
+        settings,
+        tools,
+        registries: Default::default(),
+    });
     let (p, e, c) = (shared.clone(), shared.clone(), shared);
     StateGraph::<Investigation>::new("fraud")
         .add_node("planner", move |s: Arc<Investigation>, ctx: NodeContext| {
@@ -233,7 +252,7 @@ async fn planner_node(
             .into_iter()
             .map(|t| (t.name, t.description))
             .collect();
-        let d = planner::decide(
+        let decision = planner::decide(
             &view,
             sh.settings.llm.as_deref(),
             &sh.settings.llm_options,
@@ -241,21 +260,12 @@ async fn planner_node(
             sh.settings.planner_timeout,
         )
         .await;
-        metrics::planner_decision(&d.tool, d.used_fallback);
-        tracing::info!(selected_tool = %d.tool, used_fallback = d.used_fallback, "planner decision");
-        let decision = PlannerDecision {
-            step: view.step_count + 1,
-            selected_tool: d.tool.clone(),
-            reason: d.reason,
-            confidence: d.confidence,
-            used_fallback: d.used_fallback,
-            rejected: d.rejected,
-            timestamp: time::now_iso(),
-        };
+        metrics::planner_decision(&decision.selected_tool, decision.used_fallback);
+        tracing::info!(selected_tool = %decision.selected_tool, used_fallback = decision.used_fallback, "planner decision");
         let _ = ctx.emit_custom(&json!({"event": "planner_decision", "decision": decision})).await;
         Ok(upd
-            .next_action(d.tool)
-            .step_count(view.step_count + 1)
+            .next_action(decision.selected_tool.clone())
+            .step_count(decision.step)
             .planner_decisions(vec![decision]))
     }
     .instrument(span)

@@ -5,7 +5,8 @@
 //! LLM error or a timeout hands the choice to the deterministic sequence, and the decision
 //! records that it did.
 
-use super::state::{Investigation, COMPLETE};
+use super::state::{Investigation, PlannerDecision, COMPLETE};
+use super::time::now_iso;
 use super::tools::{
     sanitize, CONTEXT_TOOL, FALLBACK_SEQUENCE, PATTERN_TOOL, REASONING_TOOL, RECOMMENDATION_TOOL,
     RULE_DRAFT_TOOL, SIMILARITY_TOOL,
@@ -159,39 +160,33 @@ pub fn prompt(state: &Investigation, tools: &[(String, String)]) -> Vec<Message>
     vec![Message::system(system), Message::human(user)]
 }
 
-/// What the planner decided and how.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
-    /// Tool or `COMPLETE`.
-    pub tool: String,
-    /// Why.
-    pub reason: String,
-    /// 0..1.
-    pub confidence: f64,
-    /// The deterministic sequence chose.
-    pub used_fallback: bool,
-    /// What the LLM proposed and why it was not followed (or why it gave no answer).
-    pub rejected: Option<String>,
-}
-
-/// Asks the LLM (when enabled and present) and applies the safety rules.
+/// Asks the LLM (when enabled and present), applies the safety rules, and returns the
+/// decision for the next step as it is recorded.
 pub async fn decide(
     state: &Investigation,
     llm: Option<&dyn ChatModel>,
     options: &GenerateOptions,
     tools: &[(String, String)],
     timeout: Duration,
-) -> Decision {
+) -> PlannerDecision {
     let registered: Vec<String> = tools.iter().map(|(n, _)| n.clone()).collect();
+    let decision = |selected_tool: String,
+                    reason: String,
+                    confidence: f64,
+                    used_fallback: bool,
+                    rejected: Option<String>| PlannerDecision {
+        step: state.step_count + 1,
+        selected_tool,
+        reason,
+        confidence,
+        used_fallback,
+        rejected,
+        timestamp: now_iso(),
+    };
     let fallback = |why: Option<String>| {
         let tool = deterministic_next(state, &registered);
-        Decision {
-            reason: format!("deterministic sequence: next step is {tool}"),
-            tool,
-            confidence: 1.0,
-            used_fallback: true,
-            rejected: why,
-        }
+        let reason = format!("deterministic sequence: next step is {tool}");
+        decision(tool, reason, 1.0, true, why)
     };
     let Some(llm) = llm.filter(|_| state.feature_flags.planner_llm_enabled) else {
         return fallback(None);
@@ -212,17 +207,17 @@ pub async fn decide(
         },
     };
     match check(&choice.tool, state, &registered) {
-        Ok(()) => Decision {
-            tool: choice.tool,
-            reason: choice.reason.chars().take(300).collect(),
-            confidence: if choice.confidence.is_finite() {
+        Ok(()) => decision(
+            choice.tool,
+            choice.reason.chars().take(300).collect(),
+            if choice.confidence.is_finite() {
                 choice.confidence.clamp(0.0, 1.0)
             } else {
                 0.0
             },
-            used_fallback: false,
-            rejected: None,
-        },
+            false,
+            None,
+        ),
         Err(v) => fallback(Some(format!("LLM chose `{}`: {v}", choice.tool))),
     }
 }

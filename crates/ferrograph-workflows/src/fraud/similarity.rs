@@ -8,7 +8,7 @@ use super::dataset::{Dataset, DatasetError};
 use super::features::{TxFeatures, FEATURE_DIM};
 use ferrograph_index::{ChunkMeta, Index, IndexConfig, NewChunk, SearchOptions};
 use ferrograph_tools::ToolError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Identifies the feature layout; a change rebuilds the index.
@@ -19,8 +19,6 @@ pub struct SimilarityIndex {
     /// (dataset row, timestamp, unit vector) of every settled transaction.
     rows: Vec<(usize, i64, Vec<f32>)>,
     index: Index,
-    /// Transaction id to dataset row.
-    by_tx: HashMap<String, usize>,
 }
 
 fn index_error(dir: &Path, e: impl std::fmt::Display) -> DatasetError {
@@ -57,10 +55,6 @@ impl SimilarityIndex {
             .enumerate()
             .filter(|(_, (t, _))| t.status == "settled")
             .map(|(i, (t, f))| (i, t.ts_ms, unit(&f.vector())))
-            .collect();
-        let by_tx: HashMap<String, usize> = rows
-            .iter()
-            .map(|(i, _, _)| (dataset.transactions[*i].id.clone(), *i))
             .collect();
         let path = dir.join("similarity-index");
         let current = Index::open(&path)
@@ -99,7 +93,7 @@ impl SimilarityIndex {
                 ix
             }
         };
-        Ok(SimilarityIndex { rows, index, by_tx })
+        Ok(SimilarityIndex { rows, index })
     }
 
     /// Exact top-`k` by cosine similarity among rows before `before_ms`.
@@ -121,6 +115,7 @@ impl SimilarityIndex {
     /// remain, the exact scan answers.
     pub fn search(
         &self,
+        dataset: &Dataset,
         v: &[f32],
         k: usize,
         before_ms: i64,
@@ -136,9 +131,8 @@ impl SimilarityIndex {
         let mut out: Vec<(usize, f32)> = hits
             .into_iter()
             .filter_map(|h| {
-                let row = *self.by_tx.get(&h.path)?;
-                let ts = self.rows.iter().find(|r| r.0 == row).map(|r| r.1)?;
-                (ts < before_ms).then_some((row, h.score))
+                let row = dataset.position(&h.path)?;
+                (dataset.transactions[row].ts_ms < before_ms).then_some((row, h.score))
             })
             .collect();
         out.truncate(k);

@@ -10,7 +10,7 @@ use super::features::TxFeatures;
 use super::state::Investigation;
 use async_trait::async_trait;
 use ferrograph::Json;
-use ferrograph_llm::{ChatModel, GenerateOptions, ResponseFormat};
+use ferrograph_llm::{ChatModel, GenerateOptions};
 use ferrograph_tools::{Tool, ToolContext, ToolError, ToolRegistry};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -60,22 +60,43 @@ pub struct Findings {
     pub evidence: Vec<Value>,
 }
 
-fn state_of(args: &Value) -> Result<Investigation, ToolError> {
-    let state = args.get("state").cloned().unwrap_or(Value::Null);
-    serde_json::from_value(state)
-        .map_err(|e| ToolError::invalid_arguments("investigation tool", e.to_string()))
+/// An investigation tool: reads the state, returns what it found. [`Investigating`] makes it a
+/// [`Tool`] whose arguments are `{"state": …}` and whose result is the [`Findings`] as JSON.
+#[async_trait]
+pub trait InvestigationTool: Send + Sync + 'static {
+    /// Registry name.
+    const NAME: &'static str;
+    /// What it does, for the planner.
+    const DESCRIPTION: &'static str;
+    /// Runs on the investigation so far.
+    async fn run(&self, state: Investigation) -> Result<Findings, ToolError>;
 }
 
-fn to_value<T: Serialize>(v: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(v).map_err(ToolError::from)
-}
+/// An [`InvestigationTool`] as a [`Tool`].
+pub struct Investigating<T>(pub T);
 
-fn state_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": { "state": { "type": "object", "description": "the investigation state" } },
-        "required": ["state"]
-    })
+#[async_trait]
+impl<T: InvestigationTool> Tool for Investigating<T> {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+    fn description(&self) -> &str {
+        T::DESCRIPTION
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": { "state": { "type": "object", "description": "the investigation state" } },
+            "required": ["state"]
+        })
+    }
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
+        let state = args.get("state").cloned().unwrap_or(Value::Null);
+        let state = serde_json::from_value(state)
+            .map_err(|e| ToolError::invalid_arguments(T::NAME, e.to_string()))?;
+        let findings = self.0.run(state).await?;
+        serde_json::to_value(&findings).map_err(ToolError::from)
+    }
 }
 
 /// Removes what could steer a model from free text (acquirer-supplied names): control
@@ -117,18 +138,11 @@ pub struct ContextTool {
 }
 
 #[async_trait]
-impl Tool for ContextTool {
-    fn name(&self) -> &str {
-        CONTEXT_TOOL
-    }
-    fn description(&self) -> &str {
-        "Load the transaction, the account, the merchant and a summary of the account's recent history."
-    }
-    fn parameters(&self) -> Value {
-        state_schema()
-    }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let s = state_of(&args)?;
+impl InvestigationTool for ContextTool {
+    const NAME: &'static str = CONTEXT_TOOL;
+    const DESCRIPTION: &'static str =
+        "Load the transaction, the account, the merchant and a summary of the account's recent history.";
+    async fn run(&self, s: Investigation) -> Result<Findings, ToolError> {
         let ds = &self.data.dataset;
         let t = ds.transaction(&s.transaction_id).ok_or_else(|| {
             ToolError::failed(format!("transaction {} not found", s.transaction_id))
@@ -168,7 +182,7 @@ impl Tool for ContextTool {
             },
             "features": f,
         });
-        to_value(&Findings {
+        Ok(Findings {
             context: Some(context),
             evidence: vec![json!({"source": CONTEXT_TOOL, "kind": "amount",
                 "detail": format!("{:.2} EUR, {:.1}x the account's 30-day median of {:.2}",
@@ -299,18 +313,11 @@ pub fn combined_score(hits: &[RuleHit]) -> f64 {
 pub struct PatternTool;
 
 #[async_trait]
-impl Tool for PatternTool {
-    fn name(&self) -> &str {
-        PATTERN_TOOL
-    }
-    fn description(&self) -> &str {
-        "Check velocity, amount, geography and merchant-category rules against the transaction."
-    }
-    fn parameters(&self) -> Value {
-        state_schema()
-    }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let s = state_of(&args)?;
+impl InvestigationTool for PatternTool {
+    const NAME: &'static str = PATTERN_TOOL;
+    const DESCRIPTION: &'static str =
+        "Check velocity, amount, geography and merchant-category rules against the transaction.";
+    async fn run(&self, s: Investigation) -> Result<Findings, ToolError> {
         let f = features_from(&s)?;
         let hits = pattern_rules(&f);
         let score = combined_score(&hits);
@@ -325,7 +332,7 @@ impl Tool for PatternTool {
             .iter()
             .map(|h| json!({"source": PATTERN_TOOL, "kind": h.rule, "score": h.score, "detail": h.detail}))
             .collect();
-        to_value(&Findings {
+        Ok(Findings {
             pattern_results: Some(json!({ "rules": hits, "score": score, "patterns": patterns })),
             hypotheses,
             evidence,
@@ -340,18 +347,11 @@ pub struct SimilarityTool {
 }
 
 #[async_trait]
-impl Tool for SimilarityTool {
-    fn name(&self) -> &str {
-        SIMILARITY_TOOL
-    }
-    fn description(&self) -> &str {
-        "Find the most similar historical transactions (HNSW over behaviour features) and how many were confirmed fraud."
-    }
-    fn parameters(&self) -> Value {
-        state_schema()
-    }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let s = state_of(&args)?;
+impl InvestigationTool for SimilarityTool {
+    const NAME: &'static str = SIMILARITY_TOOL;
+    const DESCRIPTION: &'static str =
+        "Find the most similar historical transactions (HNSW over behaviour features) and how many were confirmed fraud.";
+    async fn run(&self, s: Investigation) -> Result<Findings, ToolError> {
         let f = features_from(&s)?;
         let k = 10;
         let data = self.data.clone();
@@ -392,7 +392,7 @@ impl Tool for SimilarityTool {
                 ));
             }
         }
-        to_value(&Findings {
+        Ok(Findings {
             similarity_results: Some(json!({
                 "k": k, "search": if exact { "exact" } else { "hnsw" },
                 "neighbours": neighbours, "fraud_ratio": ratio, "dominant_pattern": dominant,
@@ -436,19 +436,18 @@ pub struct ReasoningTool {
     options: GenerateOptions,
 }
 
+/// The pattern tool's combined score and the share of fraud among the similar transactions
+/// (0 for what has not run).
+fn analysis_scores(s: &Investigation) -> (f64, f64) {
+    let read = |v: &Json, key: &str| v.0.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+    (
+        read(&s.pattern_results, "score"),
+        read(&s.similarity_results, "fraud_ratio"),
+    )
+}
+
 fn rule_assessment(s: &Investigation) -> Assessment {
-    let p = s
-        .pattern_results
-        .0
-        .get("score")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    let r = s
-        .similarity_results
-        .0
-        .get("fraud_ratio")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
+    let (p, r) = analysis_scores(s);
     let score = 0.6 * p + 0.4 * r;
     let verdict = if score >= 0.6 {
         Verdict::LikelyFraud
@@ -506,18 +505,11 @@ fn evidence_summary(s: &Investigation) -> String {
 }
 
 #[async_trait]
-impl Tool for ReasoningTool {
-    fn name(&self) -> &str {
-        REASONING_TOOL
-    }
-    fn description(&self) -> &str {
-        "Weigh the evidence and give a verdict (LIKELY_FRAUD, SUSPICIOUS, LIKELY_LEGITIMATE) with confidence."
-    }
-    fn parameters(&self) -> Value {
-        state_schema()
-    }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let s = state_of(&args)?;
+impl InvestigationTool for ReasoningTool {
+    const NAME: &'static str = REASONING_TOOL;
+    const DESCRIPTION: &'static str =
+        "Weigh the evidence and give a verdict (LIKELY_FRAUD, SUSPICIOUS, LIKELY_LEGITIMATE) with confidence.";
+    async fn run(&self, s: Investigation) -> Result<Findings, ToolError> {
         let fallback = rule_assessment(&s);
         let (assessment, method, note) = match (&self.llm, s.feature_flags.reasoning_llm_enabled) {
             (Some(llm), true) => {
@@ -529,7 +521,12 @@ impl Tool for ReasoningTool {
                     ),
                     ferrograph::Message::human(evidence_summary(&s)),
                 ];
-                match structured::<Assessment>(llm.as_ref(), &messages, &self.options).await {
+                let answer = llm
+                    .clone()
+                    .with_structured_output::<Assessment>()
+                    .invoke(&messages, &self.options)
+                    .await;
+                match answer {
                     Ok(mut a) => {
                         a.confidence = if a.confidence.is_finite() {
                             a.confidence.clamp(0.0, 1.0)
@@ -544,7 +541,7 @@ impl Tool for ReasoningTool {
             }
             _ => (fallback, "rules", None),
         };
-        to_value(&Findings {
+        Ok(Findings {
             reasoning: Some(json!({
                 "verdict": assessment.verdict, "confidence": assessment.confidence,
                 "hypothesis": assessment.hypothesis, "key_factors": assessment.key_factors,
@@ -556,42 +553,9 @@ impl Tool for ReasoningTool {
     }
 }
 
-/// Asks `model` for a `T`: the JSON schema goes into the request as its response format
-/// (local models decode under it, remote servers enforce it) and the answer is parsed.
-pub async fn structured<T: schemars::JsonSchema + serde::de::DeserializeOwned>(
-    model: &dyn ChatModel,
-    messages: &[ferrograph::Message],
-    options: &GenerateOptions,
-) -> Result<T, ferrograph_llm::LlmError> {
-    let schema = serde_json::to_value(schemars::schema_for!(T))
-        .map_err(|e| ferrograph_llm::LlmError::Validation(e.to_string()))?;
-    let mut opts = options.clone();
-    opts.response_format = Some(ResponseFormat::JsonSchema {
-        name: std::any::type_name::<T>()
-            .rsplit("::")
-            .next()
-            .unwrap_or("answer")
-            .to_string(),
-        schema,
-    });
-    let answer = model.invoke(messages, &opts, None).await?;
-    ferrograph_llm::parse_structured(&answer.content)
-}
-
 /// Combined fraud score of the evidence so far, 0..1.
 pub fn evidence_score(s: &Investigation) -> f64 {
-    let p = s
-        .pattern_results
-        .0
-        .get("score")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    let r = s
-        .similarity_results
-        .0
-        .get("fraud_ratio")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
+    let (p, r) = analysis_scores(s);
     let verdict = s.reasoning.0.get("verdict").and_then(Value::as_str);
     let c = s
         .reasoning
@@ -613,18 +577,11 @@ pub fn evidence_score(s: &Investigation) -> f64 {
 pub struct RecommendationTool;
 
 #[async_trait]
-impl Tool for RecommendationTool {
-    fn name(&self) -> &str {
-        RECOMMENDATION_TOOL
-    }
-    fn description(&self) -> &str {
-        "Recommend actions (block the card, step-up authentication, contact the customer, monitor, close)."
-    }
-    fn parameters(&self) -> Value {
-        state_schema()
-    }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let s = state_of(&args)?;
+impl InvestigationTool for RecommendationTool {
+    const NAME: &'static str = RECOMMENDATION_TOOL;
+    const DESCRIPTION: &'static str =
+        "Recommend actions (block the card, step-up authentication, contact the customer, monitor, close).";
+    async fn run(&self, s: Investigation) -> Result<Findings, ToolError> {
         let score = evidence_score(&s);
         let rec = |action: &str, priority: &str, why: &str| json!({"action": action, "priority": priority, "rationale": why, "score": score});
         let recs = if score >= 0.75 {
@@ -664,7 +621,7 @@ impl Tool for RecommendationTool {
                 "behaviour consistent with the holder's",
             )]
         };
-        to_value(&Findings {
+        Ok(Findings {
             recommendations: Some(recs),
             ..Findings::default()
         })
@@ -677,18 +634,11 @@ pub struct RuleDraftTool {
 }
 
 #[async_trait]
-impl Tool for RuleDraftTool {
-    fn name(&self) -> &str {
-        RULE_DRAFT_TOOL
-    }
-    fn description(&self) -> &str {
-        "Draft a detection rule from the rules that fired, back-tested on the labelled history."
-    }
-    fn parameters(&self) -> Value {
-        state_schema()
-    }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
-        let s = state_of(&args)?;
+impl InvestigationTool for RuleDraftTool {
+    const NAME: &'static str = RULE_DRAFT_TOOL;
+    const DESCRIPTION: &'static str =
+        "Draft a detection rule from the rules that fired, back-tested on the labelled history.";
+    async fn run(&self, s: Investigation) -> Result<Findings, ToolError> {
         let hits: Vec<RuleHit> = s
             .pattern_results
             .0
@@ -698,7 +648,7 @@ impl Tool for RuleDraftTool {
             .transpose()?
             .unwrap_or_default();
         if hits.is_empty() {
-            return to_value(&Findings {
+            return Ok(Findings {
                 rule_draft: Some(json!({"status": "NOT_NEEDED",
                     "reason": "no pattern rule fired on this transaction"})),
                 ..Findings::default()
@@ -714,7 +664,7 @@ impl Tool for RuleDraftTool {
             .await
             .map_err(|e| ToolError::failed(format!("back-test panicked: {e}")))?;
         let expression = names.join(" AND ");
-        to_value(&Findings {
+        Ok(Findings {
             rule_draft: Some(json!({
                 "name": format!("draft_{}", names.join("_and_")),
                 "conditions": names, "expression": expression,
@@ -733,24 +683,19 @@ pub fn registry(
     llm_options: GenerateOptions,
 ) -> Result<ToolRegistry, ToolError> {
     let mut r = ToolRegistry::new();
-    r.register(ContextTool { data: data.clone() })?;
-    r.register(PatternTool)?;
-    r.register(SimilarityTool { data: data.clone() })?;
-    r.register(ReasoningTool {
+    r.register(Investigating(ContextTool { data: data.clone() }))?;
+    r.register(Investigating(PatternTool))?;
+    r.register(Investigating(SimilarityTool { data: data.clone() }))?;
+    r.register(Investigating(ReasoningTool {
         llm,
         options: llm_options,
-    })?;
-    r.register(RecommendationTool)?;
-    r.register(RuleDraftTool { data })?;
+    }))?;
+    r.register(Investigating(RecommendationTool))?;
+    r.register(Investigating(RuleDraftTool { data }))?;
     Ok(r)
 }
 
 /// The findings a tool returned, from its JSON result.
 pub fn findings(value: Value) -> Result<Findings, ToolError> {
     serde_json::from_value(value).map_err(ToolError::from)
-}
-
-/// Converts findings into JSON for the state.
-pub fn json_of(v: Value) -> Json {
-    Json(v)
 }
