@@ -626,20 +626,41 @@ impl RetryPolicy {
 
     /// Wait before attempt `attempt + 1`, given that attempt `attempt` (from 1) failed.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .multiplier
-            .max(1.0)
-            .powi(attempt.saturating_sub(1) as i32);
-        let base = self.initial_backoff.as_secs_f64() * exp;
-        let capped = base.min(self.max_backoff.as_secs_f64()).max(0.0);
-        let secs = if self.jitter {
-            use rand::Rng;
-            capped * rand::thread_rng().gen_range(0.5..=1.0)
+        let base = exponential_backoff(
+            self.initial_backoff,
+            self.multiplier,
+            self.max_backoff,
+            attempt,
+        );
+        if self.jitter {
+            jittered(base)
         } else {
-            capped
-        };
-        Duration::from_secs_f64(secs)
+            base
+        }
     }
+}
+
+/// The wait after failed attempt `attempt` (from 1): `initial × multiplier^(attempt − 1)`,
+/// capped at `max` (a multiplier below 1 counts as 1). Shared by node retries and model-call
+/// retries.
+pub fn exponential_backoff(
+    initial: Duration,
+    multiplier: f64,
+    max: Duration,
+    attempt: u32,
+) -> Duration {
+    let exp = multiplier
+        .max(1.0)
+        .powi(attempt.saturating_sub(1).min(64) as i32);
+    let secs = (initial.as_secs_f64() * exp).min(max.as_secs_f64());
+    Duration::from_secs_f64(secs.max(0.0))
+}
+
+/// `wait` scaled by a random factor between 0.5 and 1, so that callers failing together do
+/// not retry together.
+pub fn jittered(wait: Duration) -> Duration {
+    use rand::Rng;
+    wait.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
 }
 
 /// Per-node settings.

@@ -12,7 +12,6 @@ use crate::options::GenerateOptions;
 use crate::sink::TokenSink;
 use async_trait::async_trait;
 use ferrograph_core::message::Message;
-use rand::Rng;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -111,12 +110,12 @@ impl RetryPolicy {
 
     /// The computed wait after failed attempt number `attempt` (from 1), before jitter.
     pub fn backoff_for(&self, attempt: u32) -> Duration {
-        let exp = self
-            .multiplier
-            .max(1.0)
-            .powi(attempt.saturating_sub(1).min(64) as i32);
-        let secs = (self.initial_backoff.as_secs_f64() * exp).min(self.max_backoff.as_secs_f64());
-        Duration::from_secs_f64(secs.max(0.0))
+        ferrograph_core::node::exponential_backoff(
+            self.initial_backoff,
+            self.multiplier,
+            self.max_backoff,
+            attempt,
+        )
     }
 
     /// How long to wait after `error` ended attempt `attempt`, or `None` to stop (the error
@@ -129,9 +128,8 @@ impl RetryPolicy {
             return (after <= self.max_retry_after).then_some(after);
         }
         let base = self.backoff_for(attempt);
-        Some(if self.jitter && !base.is_zero() {
-            let f: f64 = rand::thread_rng().gen_range(0.5..=1.0);
-            base.mul_f64(f)
+        Some(if self.jitter {
+            ferrograph_core::node::jittered(base)
         } else {
             base
         })
