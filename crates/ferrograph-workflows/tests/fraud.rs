@@ -135,7 +135,6 @@ const ALL: [&str; 6] = [
 ];
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn deterministic_investigation_finds_planted_fraud_and_clears_legitimate() {
     let store = tempfile::tempdir().unwrap();
     let wf = workflow(settings(store.path(), None), None).await;
@@ -201,7 +200,6 @@ async fn deterministic_investigation_finds_planted_fraud_and_clears_legitimate()
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn every_planted_pattern_is_rated_above_every_legitimate_case() {
     let store = tempfile::tempdir().unwrap();
     let wf = workflow(settings(store.path(), None), None).await;
@@ -224,13 +222,12 @@ async fn every_planted_pattern_is_rated_above_every_legitimate_case() {
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn llm_failure_and_invalid_answers_fall_back_to_the_sequence() {
     let store = tempfile::tempdir().unwrap();
     let model = Scripted::new(vec![
         Err("connection refused"),
         Ok("this is not json"),
-        choice("pattern_tool"),
+        choice("similarity_tool"),
     ]);
     let wf = workflow(settings(store.path(), Some(model.clone())), None).await;
     let out = run(&wf, &case("account_takeover"), "llm-fail").await;
@@ -254,25 +251,27 @@ async fn llm_failure_and_invalid_answers_fall_back_to_the_sequence() {
         "{}",
         d[1]
     );
-    // The third answer was valid and followed.
+    // The third answer was valid and followed (context and pattern ran by fallback).
     assert_eq!(d[2]["used_fallback"], false);
-    assert_eq!(d[2]["selected_tool"], "pattern_tool");
+    assert_eq!(d[2]["selected_tool"], "similarity_tool");
     // The reasoning tool's LLM call also failed (script exhausted): rules took over.
     assert_eq!(out.state["reasoning"]["method"], "rules_fallback");
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn a_scripted_planner_breaking_every_safety_rule_is_overruled() {
     let store = tempfile::tempdir().unwrap();
     let model = Scripted::new(vec![
+        // Each answer breaks a rule in the state it meets (the fallback then runs the next
+        // tool of the sequence): context, pattern, similarity, reasoning, recommendation,
+        // rule draft, and finally COMPLETE.
         choice("pattern_tool"),        // context first
-        choice("context_tool"),        // repeat
+        choice("COMPLETE"),            // complete before recommendations
         choice("reasoning_tool"),      // analysis before reasoning
         choice("recommendation_tool"), // recommendation too early
         choice("rule_draft_tool"),     // rule draft before recommendation
         choice("wire_money"),          // not registered
-        choice("COMPLETE"),            // complete before recommendations
+        choice("context_tool"),        // repeat
     ]);
     let mut s = settings(store.path(), Some(model.clone()));
     s.flags.reasoning_llm_enabled = false;
@@ -286,12 +285,12 @@ async fn a_scripted_planner_breaking_every_safety_rule_is_overruled() {
     let d = out.state["planner_decisions"].as_array().unwrap();
     let expect = [
         "context_tool must run first",
-        "already ran",
+        "COMPLETE before recommendation_tool ran",
         "reasoning_tool needs pattern_tool and similarity_tool first",
         "recommendation_tool needs the analysis tools",
         "rule_draft_tool needs recommendation_tool first",
         "is not a registered tool",
-        "COMPLETE before recommendation_tool ran",
+        "already ran",
     ];
     for (i, want) in expect.iter().enumerate() {
         assert_eq!(d[i]["used_fallback"], true, "decision {i}: {}", d[i]);
@@ -303,8 +302,8 @@ async fn a_scripted_planner_breaking_every_safety_rule_is_overruled() {
     }
     assert_eq!(
         *model.asked.lock().unwrap(),
-        7 + 1,
-        "7 planner calls, then one more (script exhausted)"
+        7,
+        "7 planner calls; the 7th decision (fallback) is COMPLETE"
     );
 }
 
@@ -351,7 +350,6 @@ fn with_slow(settings: &FraudSettings, name: &'static str, sleep: Duration) -> T
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn a_tool_timeout_is_recorded_and_the_investigation_goes_on() {
     let store = tempfile::tempdir().unwrap();
     let mut s = settings(store.path(), None);
@@ -380,7 +378,6 @@ async fn a_tool_timeout_is_recorded_and_the_investigation_goes_on() {
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn the_step_limit_ends_in_completion() {
     let store = tempfile::tempdir().unwrap();
     let mut s = settings(store.path(), None);
@@ -398,7 +395,6 @@ async fn the_step_limit_ends_in_completion() {
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn the_whole_run_limit_saves_timed_out_and_resume_finishes_without_rerunning() {
     let store = tempfile::tempdir().unwrap();
     let mut s = settings(store.path(), None);
@@ -448,7 +444,6 @@ async fn the_whole_run_limit_saves_timed_out_and_resume_finishes_without_rerunni
 }
 
 #[test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 fn the_prompt_guard_strips_injected_instructions() {
     let ds = Dataset::load(data_dir()).unwrap();
     let evil = ds
@@ -478,13 +473,16 @@ fn model_path() -> Option<PathBuf> {
 }
 
 #[tokio::test]
-#[ignore = "written in session 2 on a saturated machine and not yet run; run with --ignored (issue 10)"]
 async fn end_to_end_on_the_real_local_model() {
     let Some(path) = model_path() else { return };
     let store = tempfile::tempdir().unwrap();
     let llm: Arc<dyn ChatModel> = Arc::new(ferrograph_llm::LocalChatModel::new(path));
     let mut s = settings(store.path(), Some(llm));
     s.llm_options = GenerateOptions::greedy().max_tokens(80).max_context(1536);
+    // Eight model calls on a debug build: the limits here are generous, the time-out paths
+    // have their own tests.
+    s.max_runtime = Duration::from_secs(1200);
+    s.planner_timeout = Duration::from_secs(300);
     let wf = workflow(s, None).await;
     let out = run(&wf, &case("account_takeover"), "smollm2").await;
     let st = &out.state;

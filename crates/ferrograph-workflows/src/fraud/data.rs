@@ -69,8 +69,14 @@ impl FraudData {
     /// Loads (or generates, when the folder holds no dataset) `dir`, once per process.
     pub fn open(dir: &Path) -> Result<Arc<FraudData>, DatasetError> {
         let key = dir.to_path_buf();
-        if let Some(d) = cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
-            return Ok(d);
+        // Held while loading: two workflows opening the same folder at once must not both
+        // generate the dataset or build its similarity index in the same place.
+        let mut cache = match cache().lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(d) = cache.get(&key) {
+            return Ok(d.clone());
         }
         let dataset = Dataset::load_or_generate(dir, DEFAULT_SEED)?;
         let features = all_features(&dataset);
@@ -81,9 +87,7 @@ impl FraudData {
             dir: key.clone(),
             index,
         });
-        if let Ok(mut c) = cache().lock() {
-            c.insert(key, data.clone());
-        }
+        cache.insert(key, data.clone());
         Ok(data)
     }
 
