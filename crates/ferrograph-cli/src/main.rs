@@ -355,10 +355,29 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
 }
 
 /// What the workflows share, from the configuration: data directory, limits and the chat
-/// model (the configured one, or the manifest's default when it is on disk).
+/// model. The model is the provider that `FERROGRAPH_*` variables, then the config file,
+/// describe (a remote OpenAI-compatible server, or a local GGUF: the configured one or the
+/// manifest's default), so a workflow switches between local and remote by configuration.
 fn workflow_settings(config: &Config) -> ferrograph_workflows::WorkflowSettings {
-    let llm: Option<Arc<dyn ferrograph_llm::ChatModel>> = match chat_model_path(config) {
-        Ok(path) => Some(Arc::new(ferrograph_llm::LocalChatModel::new(path))),
+    let lookup = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .or_else(|| {
+                let remote = config.remote.as_ref();
+                match name {
+                    "FERROGRAPH_DEFAULT_MODEL" => config.default_model.clone(),
+                    "FERROGRAPH_REMOTE_BASE_URL" => remote.map(|r| r.base_url.clone()),
+                    "FERROGRAPH_REMOTE_MODEL" => remote.map(|r| r.model.clone()),
+                    "FERROGRAPH_REMOTE_API_KEY_ENV" => remote.and_then(|r| r.api_key_env.clone()),
+                    _ => None,
+                }
+            })
+    };
+    let llm = match ferrograph_llm::Provider::from_lookup(lookup)
+        .and_then(|p| ferrograph_llm::chat_model_from_config(&p))
+    {
+        Ok(model) => Some(model),
         Err(e) => {
             tracing::warn!(
                 "no chat model: {e}; model-driven steps use their deterministic fallbacks"
@@ -376,18 +395,6 @@ fn workflow_settings(config: &Config) -> ferrograph_workflows::WorkflowSettings 
         llm,
         fallback_llm: None,
     }
-}
-
-fn chat_model_path(config: &Config) -> Result<PathBuf> {
-    if let Some(m) = &config.default_model {
-        let p = PathBuf::from(m);
-        if p.exists() {
-            return Ok(p);
-        }
-        let manifest = ferrograph_llm::manifest::Manifest::default_manifest()?;
-        return Ok(manifest.model_path(m)?);
-    }
-    Ok(ferrograph_llm::manifest::default_chat_model_path()?)
 }
 
 fn read_input(path: &str) -> Result<String> {
