@@ -413,8 +413,12 @@ impl ChatModel for RemoteChatModel {
             match result {
                 // Servers that predate `json_schema` (llama-cpp-python) refuse it; they take
                 // the schema inside a `json_object` format instead. Switch once, for good.
+                // llama-cpp-python 0.3.36 answers its request validation error with a 500
+                // that names both; other servers use 400 or 422.
                 Err(LlmError::Http { status, ref message })
-                    if (status == 400 || status == 422)
+                    if (status == 400
+                        || status == 422
+                        || (status == 500 && message.contains("json_schema")))
                         && message.contains("response_format")
                         && matches!(options.response_format, Some(ResponseFormat::JsonSchema { .. }))
                         && !self.schema_in_json_object.swap(true, Ordering::Relaxed) =>
@@ -547,12 +551,9 @@ fn message_json(m: &Message) -> Value {
                         })
                     })
                     .collect();
-                let content = if m.content.is_empty() {
-                    Value::Null
-                } else {
-                    json!(m.content)
-                };
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
+                // A string even when empty: OpenAI also takes null, but llama-cpp-python's
+                // request validation requires a string.
+                json!({"role": "assistant", "content": m.content, "tool_calls": calls})
             }
         }
         Role::Tool => {
