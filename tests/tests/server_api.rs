@@ -130,6 +130,7 @@ impl Server {
                 description: "a scripted model that streams tokens and calls a tool",
                 parse_input: chat_parse,
                 sample_input: chat_sample,
+                parse_args: None,
             },
         );
         let slow = runtime
@@ -144,6 +145,7 @@ impl Server {
                 description: "waits for the test to open a gate",
                 parse_input: slow_parse,
                 sample_input: slow_sample,
+                parse_args: None,
             },
         );
         let mut state = AppState::new(registry, saver, token.map(str::to_string));

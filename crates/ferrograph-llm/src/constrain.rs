@@ -47,10 +47,42 @@ pub fn with_json_options(schema: &serde_json::Value) -> serde_json::Value {
         // `true` (anything) or a malformed schema: any JSON value.
         _ => serde_json::json!({}),
     };
+    close_objects(&mut s);
     if let Some(map) = s.as_object_mut() {
         map.entry("x-guidance").or_insert_with(json_options);
     }
     s
+}
+
+/// Marks every object schema that says nothing about extra keys as closed
+/// (`"additionalProperties": false`). JSON Schema leaves such objects open, and a small model
+/// decoding under an open object keeps inventing keys until it runs out of tokens; the
+/// answers stay valid for the schema (a closed object is a subset of the open one) and the
+/// types generated from it (serde ignores nothing it needs). An explicit
+/// `additionalProperties` is kept.
+fn close_objects(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    match schema {
+        Value::Object(map) => {
+            let is_object = map.contains_key("properties")
+                || map.get("type").and_then(Value::as_str) == Some("object");
+            if is_object && !map.contains_key("additionalProperties") {
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (key, v) in map.iter_mut() {
+                // Keys whose values are data, not schemas.
+                if matches!(
+                    key.as_str(),
+                    "enum" | "const" | "default" | "examples" | "x-guidance"
+                ) {
+                    continue;
+                }
+                close_objects(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(close_objects),
+        _ => {}
+    }
 }
 
 /// How a vocabulary's token strings map to bytes.
@@ -555,6 +587,21 @@ mod tests {
         assert_eq!(sentencepiece_byte("<0xFF>"), Some(0xFF));
         assert_eq!(sentencepiece_byte("<0x0>"), None);
         assert_eq!(sentencepiece_byte("hello"), None);
+    }
+
+    #[test]
+    fn objects_without_a_stance_on_extra_keys_are_closed() {
+        let s = with_json_options(&serde_json::json!({
+            "type": "object",
+            "properties": {"a": {"type": "object", "properties": {}}, "b": {"type": "string"}},
+            "$defs": {"Open": {"type": "object", "additionalProperties": true}},
+            "enum": [{"type": "object"}]
+        }));
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["properties"]["a"]["additionalProperties"], false);
+        assert!(s["properties"]["b"].get("additionalProperties").is_none());
+        assert_eq!(s["$defs"]["Open"]["additionalProperties"], true);
+        assert!(s["enum"][0].get("additionalProperties").is_none());
     }
 
     #[test]
