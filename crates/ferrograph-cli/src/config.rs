@@ -20,6 +20,9 @@ pub struct FileConfig {
     pub tool_timeout_seconds: Option<f64>,
     /// Default model (a name from models/models.toml or a GGUF path).
     pub default_model: Option<String>,
+    /// Local model that model calls fall back to once the default's retries are exhausted
+    /// (a name from models/models.toml or a GGUF path).
+    pub fallback_model: Option<String>,
     /// A remote OpenAI-compatible provider.
     pub remote: Option<RemoteConfig>,
 }
@@ -52,6 +55,8 @@ pub struct Config {
     pub tool_timeout: Option<Duration>,
     /// Default model.
     pub default_model: Option<String>,
+    /// Fallback model.
+    pub fallback_model: Option<String>,
     /// Remote provider.
     pub remote: Option<RemoteConfig>,
 }
@@ -140,6 +145,7 @@ impl Config {
             None => None,
         };
         let default_model = env("FERROGRAPH_DEFAULT_MODEL").or(file.default_model);
+        let fallback_model = env("FERROGRAPH_FALLBACK_MODEL").or(file.fallback_model);
         let remote = match (
             env("FERROGRAPH_REMOTE_BASE_URL"),
             env("FERROGRAPH_REMOTE_MODEL"),
@@ -158,6 +164,7 @@ impl Config {
             run_timeout,
             tool_timeout,
             default_model,
+            fallback_model,
             remote,
         })
     }

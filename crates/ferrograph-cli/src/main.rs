@@ -393,7 +393,13 @@ fn workflow_settings(config: &Config) -> ferrograph_workflows::WorkflowSettings 
         run_timeout: config.run_timeout,
         tool_timeout: config.tool_timeout,
         llm,
-        fallback_llm: None,
+        fallback_llm: config.fallback_model.as_ref().and_then(|name| {
+            let local = |n: &str| (n == "FERROGRAPH_DEFAULT_MODEL").then(|| name.clone());
+            ferrograph_llm::Provider::from_lookup(local)
+                .and_then(|p| ferrograph_llm::chat_model_from_config(&p))
+                .map_err(|e| tracing::warn!("fallback model {name}: {e}"))
+                .ok()
+        }),
     }
 }
 
@@ -738,6 +744,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 "max_runtime_seconds": c.run_timeout.map(|d| d.as_secs_f64()),
                 "tool_timeout_seconds": c.tool_timeout.map(|d| d.as_secs_f64()),
                 "default_model": c.default_model,
+                "fallback_model": c.fallback_model,
                 "remote": c.remote.as_ref().map(|r| json!({
                     "base_url": r.base_url, "model": r.model, "api_key_env": r.api_key_env,
                 })),

@@ -85,7 +85,29 @@ pub fn event(ev: &JsonEvent) {
 
 /// Prints how a run ended; for interrupts, the payload and the exact resume commands.
 pub fn outcome(o: &JsonOutcome, workflow: &str) {
-    line(serde_json::to_string_pretty(&o.state).unwrap_or_default());
+    match o.state.get("report_files").filter(|f| f.is_object()) {
+        // A workflow that writes report files: say where they are instead of dumping the
+        // whole state (the JSON report holds it).
+        Some(files) => {
+            let get = |k: &str| {
+                files
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            if let Some(status) = o.state.get("status").and_then(Value::as_str) {
+                line(format!("status: {status}"));
+            }
+            if let Some(err) = o.state.get("error").and_then(Value::as_str) {
+                line(format!("error: {err}"));
+            }
+            line(format!("report (Markdown): {}", get("markdown")));
+            line(format!("report (JSON):     {}", get("json")));
+            line(format!("event trace:       {}", get("events")));
+        }
+        None => line(serde_json::to_string_pretty(&o.state).unwrap_or_default()),
+    }
     let thread = o.thread_id.clone().unwrap_or_default();
     match o.status {
         "done" => line(format!("\n✔ {workflow} finished (thread {thread})")),

@@ -38,6 +38,8 @@ pub mod error;
 mod graph;
 pub mod index;
 pub mod retriever;
+#[cfg(feature = "tools")]
+pub mod searcher;
 pub mod types;
 
 pub use build::{index_dir, BuildOptions, BuildProgress, BuildReport};

@@ -118,6 +118,41 @@ impl JsonRun {
             }),
         }
     }
+    /// The same run with every event shown to `f` first; only the events for which `f`
+    /// returns `true` reach the caller. A workflow can record a full trace (to a file, say)
+    /// while its caller streams only the modes it asked for.
+    pub fn tee<F>(self, f: F) -> JsonRun
+    where
+        F: FnMut(&JsonEvent) -> bool + Send + 'static,
+    {
+        JsonRun {
+            inner: Box::new(TeeStream {
+                inner: self.inner,
+                f: Box::new(f),
+            }),
+        }
+    }
+}
+
+struct TeeStream {
+    inner: Box<dyn ErasedStream>,
+    f: Box<dyn FnMut(&JsonEvent) -> bool + Send>,
+}
+
+#[async_trait]
+impl ErasedStream for TeeStream {
+    async fn next_event(&mut self) -> Option<JsonEvent> {
+        loop {
+            let ev = self.inner.next_event().await?;
+            if (self.f)(&ev) {
+                return Some(ev);
+            }
+        }
+    }
+
+    async fn outcome(self: Box<Self>) -> Result<JsonOutcome, RunError> {
+        self.inner.outcome().await
+    }
 }
 
 type OutcomeMap = Box<

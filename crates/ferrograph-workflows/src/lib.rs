@@ -6,10 +6,14 @@
 //!   revisions (interrupts and resume; no model).
 //! - `fraud`: seed 004's fraud investigation planner: an LLM planner checked by safety rules
 //!   in code, six tools in a registry, deterministic fallback, limits, audit trail, metrics.
+//! - `triage`: seed 001's five-agent bug triage: investigator, docs search with tool calls,
+//!   codebase retrieval, critic gate, writer with three parallel sub-calls; a supervisor
+//!   routes between them.
 
 pub mod demo;
 pub mod fraud;
 pub mod review;
+pub mod triage;
 
 use ferrograph::runtime::Workflow;
 use ferrograph::{CheckpointSaver, CompileError, RunError, Runtime};
@@ -160,7 +164,7 @@ pub async fn builtin_with(
     let mut r = builtin(runtime, saver.clone()).await?;
     let fs = fraud::FraudSettings::from_workflow_settings(settings);
     let tools = fraud::standard_tools(&fs);
-    let wf = fraud::FraudWorkflow::load(runtime, saver, fs, tools).await?;
+    let wf = fraud::FraudWorkflow::load(runtime, saver.clone(), fs, tools).await?;
     r.insert(
         "fraud",
         Entry {
@@ -172,6 +176,19 @@ pub async fn builtin_with(
         },
     );
     r.metrics.push(Arc::new(fraud::metrics::render));
+    let ts = triage::TriageSettings::from_workflow_settings(settings);
+    let wf = triage::TriageWorkflow::load(runtime, saver, &ts).await?;
+    r.insert(
+        "triage",
+        Entry {
+            workflow: Arc::new(wf),
+            description:
+                "bug triage: investigator, docs search, codebase retrieval, critic, writer",
+            parse_input: triage::parse_input,
+            sample_input: triage::sample_input,
+            parse_args: Some(triage::parse_args),
+        },
+    );
     Ok(r)
 }
 

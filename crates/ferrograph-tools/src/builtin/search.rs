@@ -50,9 +50,11 @@ pub trait Searcher: Send + Sync {
 #[serde(deny_unknown_fields)]
 pub struct SearchArgs {
     /// What to look for, in words.
+    #[schemars(length(min = 1, max = 200))]
     pub query: String,
     /// How many results to return (default 5).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 20))]
     pub k: Option<usize>,
 }
 
