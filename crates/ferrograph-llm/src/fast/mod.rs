@@ -603,10 +603,10 @@ impl Kernels {
             Kernels::Auto => match std::env::var("FERROGRAPH_KERNELS").as_deref() {
                 Ok("candle") => Kernels::Candle,
                 Ok("fast") => Kernels::Fast,
-                Ok("auto") => Kernels::Auto,
-                // Until the fast path is verified against the reference in CI, the default
-                // stays candle; `FERROGRAPH_KERNELS=auto|fast` opts in.
-                _ => Kernels::Candle,
+                // The default: our kernels where the architecture and tensor types are
+                // supported (tests/kernels.rs checks them against candle's path, and the
+                // SmolLM2 tests run on them), candle's path elsewhere.
+                _ => Kernels::Auto,
             },
             k => k,
         }

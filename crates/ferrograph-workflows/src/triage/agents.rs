@@ -121,21 +121,14 @@ impl Agents {
             Err(e) => return Outcome::failed(e, vec![]),
         };
         let candidates = error_lines(&s.issue_body);
-        let msgs = vec![
-            Message::system(
-                "You are a senior software debugger. Read the bug report and state a precise \
-                 hypothesis of its root cause. Name concrete modules or functions as affected \
-                 areas. Keywords must be short terms likely to appear in the source code. Copy \
-                 error messages exactly as they appear in the report. Lower your confidence \
-                 when the report is vague.",
-            ),
-            Message::human(format!(
-                "## Bug report\nTitle: {}\n\n{}\n\n## Prior findings\n{}\n\nGive your hypothesis.",
-                s.issue_title,
-                clip(&s.issue_body, 2400),
-                prior_findings(s)
-            )),
-        ];
+        let msgs = agent_messages(
+            s,
+            "investigator. State a precise hypothesis of the bug's root cause. Name concrete \
+             modules or functions as affected areas. Keywords must be short terms likely to \
+             appear in the source code. Copy error messages exactly as the report shows them. \
+             Lower your confidence when the report is vague.",
+            format!("## Prior findings\n{}\n\nGive your hypothesis.", prior_findings(s)),
+        );
         let (res, call) = llm
             .structured::<InvestigatorOutput>(
                 "hypothesis",
@@ -189,22 +182,18 @@ impl Agents {
         let executor = ToolExecutor::new(registry).timeout(self.tool_timeout);
         let inv = s.investigator.as_ref();
         // Step 1: the model asks for searches.
-        let ask = vec![
-            Message::system(
-                "You research software bugs in an offline documentation corpus (library docs, \
-                 changelogs, known issues). Call the docs_search tool with a short query that \
-                 would find documentation of the bug's cause or of the error message.",
-            ),
-            Message::human(format!(
-                "Bug: {}\nHypothesis: {}\nKeywords: {}\nErrors: {}",
-                s.issue_title,
+        let ask = agent_messages(
+            s,
+            "docs researcher. Search the offline documentation corpus (library docs, \
+             changelogs, known issues): call the docs_search tool with a short query that would \
+             find documentation of the bug's cause or of its error message.",
+            format!(
+                "Hypothesis: {}\nKeywords: {}\nErrors: {}",
                 inv.map(|i| i.hypothesis.as_str()).unwrap_or("none yet"),
-                inv.map(|i| i.keywords_for_search.join(", "))
-                    .unwrap_or_default(),
-                inv.map(|i| i.error_messages.join(" | "))
-                    .unwrap_or_default(),
-            )),
-        ];
+                inv.map(|i| i.keywords_for_search.join(", ")).unwrap_or_default(),
+                inv.map(|i| i.error_messages.join(" | ")).unwrap_or_default(),
+            ),
+        );
         let (req, call1) = llm
             .tool_request("tool_request", &ask, specs, 96, sink.clone())
             .await;
@@ -269,18 +258,16 @@ impl Agents {
             })
             .collect();
         // Step 3: a separate structured call synthesises the finding.
-        let synth = vec![
-            Message::system(
-                "You analyse software bugs. Read the documentation passages found for this bug \
-                 and state what they say about its cause: a documented pitfall, a known issue, \
-                 or nothing relevant. Cite only sources listed.",
-            ),
-            Message::human(format!(
-                "Bug: {}\nHypothesis: {}\n\nSearch results:\n{context}",
-                s.issue_title,
+        let synth = agent_messages(
+            s,
+            "docs researcher. Read the documentation passages found for this bug and state \
+             what they say about its cause: a documented pitfall, a known issue, or nothing \
+             relevant. Cite only the sources listed.",
+            format!(
+                "Hypothesis: {}\n\nSearch results:\n{context}",
                 inv.map(|i| i.hypothesis.as_str()).unwrap_or("none yet"),
-            )),
-        ];
+            ),
+        );
         let (res, call2) = llm
             .structured::<WebSearchOutput>(
                 "synthesis",
@@ -390,19 +377,17 @@ impl Agents {
                 )
             })
             .collect();
-        let msgs = vec![
-            Message::system(
-                "You are a code analyst. Given code retrieved from the repository by semantic \
-                 search, say which files are involved in the bug and which code region most \
-                 likely holds the root cause, and explain what is wrong there.",
-            ),
-            Message::human(format!(
+        let msgs = agent_messages(
+            s,
+            "code analyst. Given code retrieved from the repository by semantic search, say \
+             which files are involved in the bug and which code region most likely holds the \
+             root cause, and explain what is wrong there.",
+            format!(
                 "Hypothesis: {}\nKeywords: {}\n\nRetrieved code:\n{context}",
                 inv.map(|i| i.hypothesis.as_str()).unwrap_or(&s.issue_title),
-                inv.map(|i| i.keywords_for_search.join(", "))
-                    .unwrap_or_default(),
-            )),
-        ];
+                inv.map(|i| i.keywords_for_search.join(", ")).unwrap_or_default(),
+            ),
+        );
         let (res, call) = llm
             .structured::<CodebaseOutput>(
                 "root_cause",
@@ -509,18 +494,16 @@ impl Agents {
                     .join("\n")
             })
             .unwrap_or_else(|| "none".into());
-        let msgs = vec![
-            Message::system(
-                "You are a strict reviewer of bug investigations. Challenge the findings: \
-                 CONFIRMED means coherent, backed by code evidence and enough to file a ticket; \
-                 UNCERTAIN means plausible but without direct evidence; CHALLENGED means \
-                 speculative or contradictory. List the gaps you see.",
-            ),
-            Message::human(format!(
+        let msgs = agent_messages(
+            s,
+            "critic. Challenge the findings strictly: CONFIRMED means coherent, backed by code \
+             evidence and enough to file a ticket; UNCERTAIN means plausible but without direct \
+             evidence; CHALLENGED means speculative or contradictory. List the gaps you see.",
+            format!(
                 "## Hypothesis\n{hypothesis}\n\n## Findings\n{}\n\n## Code evidence\n{evidence}\n\nGive your verdict.",
                 findings_text(s, 6)
-            )),
-        ];
+            ),
+        );
         let (res, call) = llm
             .structured::<CritiqueOutput>("critique", &msgs, 320, |_| {}, sink)
             .await;
@@ -580,32 +563,27 @@ impl Agents {
             None => "no verdict".into(),
         };
         let header = format!(
-            "Issue: {} ({})\nRepository: {}\nCritic: {gate}\n\nFindings:\n{findings}",
-            s.issue_title, s.issue_url, s.repository
+            "Issue source: {}\nRepository: {}\nCritic: {gate}\n\nFindings:\n{findings}",
+            s.issue_url, s.repository
         );
-        let report_msgs = vec![
-            Message::system(
-                "You write concise, factual bug triage reports from the investigators' \
-                 findings. Severity is CRITICAL, HIGH, MEDIUM or LOW.",
-            ),
-            Message::human(format!("{header}\n\nWrite the triage report.")),
-        ];
-        let comment_msgs = vec![
-            Message::system(
-                "You write the issue comment of an automated triage system: professional and \
-                 short, in Markdown, with a root-cause summary, the affected files and next \
-                 steps.",
-            ),
-            Message::human(format!("{header}\n\nWrite the comment.")),
-        ];
-        let ticket_msgs = vec![
-            Message::system(
-                "You fill in bug-ticket fields from a triage: a short title, a few labels, the \
-                 likely owner if the findings name one, and an effort estimate (XS, S, M, L or \
-                 XL).",
-            ),
-            Message::human(format!("{header}\n\nGive the ticket fields.")),
-        ];
+        let report_msgs = agent_messages(
+            s,
+            "writer. Write a concise, factual triage report from the findings. Severity is \
+             CRITICAL, HIGH, MEDIUM or LOW.",
+            header.clone(),
+        );
+        let comment_msgs = agent_messages(
+            s,
+            "writer. Write the issue comment of the triage: professional and short, in \
+             Markdown, with a root-cause summary, the affected files and next steps.",
+            header.clone(),
+        );
+        let ticket_msgs = agent_messages(
+            s,
+            "writer. Fill in the bug-ticket fields: a short title, a few labels, the likely \
+             owner if the findings name one, and an effort estimate (XS, S, M, L or XL).",
+            header,
+        );
         // Three sub-calls at once; the model actor serves them in turn (fair queue).
         let ((report, c1), (comment, c2), (ticket, c3)) = tokio::join!(
             llm.structured::<TriageReport>(
@@ -723,6 +701,22 @@ pub fn route(s: &TriageState) -> Routing {
             "the critic gave no verdict this round; reporting what there is".into(),
         ),
     }
+}
+
+/// The messages of an agent call: one system message shared by every agent (the team and the
+/// bug report, so the model's prefix cache computes it once per triage), then the agent's
+/// role and material.
+fn agent_messages(s: &TriageState, role: &str, material: String) -> Vec<Message> {
+    vec![
+        Message::system(format!(
+            "You are one agent of an automated bug-triage team: an investigator, a docs \
+             researcher, a code analyst, a critic and a writer. The bug report under triage:\n\n\
+             Title: {}\n\n{}",
+            s.issue_title,
+            clip(&s.issue_body, 2400)
+        )),
+        Message::human(format!("Your role: {role}\n\n{material}")),
+    ]
 }
 
 /// Lines of an issue body that look like error messages (for verbatim extraction).

@@ -37,7 +37,7 @@ impl AgentLlm {
     /// `primary` greedy, retried 3 times; the fallback is `fallback` greedy, or `primary`
     /// again sampled at temperature 0.7 with a fixed seed when no second model is configured.
     pub fn new(primary: Arc<dyn ChatModel>, fallback: Option<Arc<dyn ChatModel>>) -> Self {
-        let base = GenerateOptions::greedy().max_context(2048);
+        let base = GenerateOptions::greedy().max_context(4096);
         let (fallback, fallback_options) = match fallback {
             Some(f) => (f, base.clone()),
             None => (
@@ -234,20 +234,16 @@ fn fallback_error(primary: &LlmError, fallback: LlmError) -> LlmError {
     fallback
 }
 
-/// `messages` with `instruction` appended to the system message (or as a new one).
+/// `messages` with `instruction` appended to the last message: the system message stays the
+/// same for every agent, so its prefill is cached once and reused (see
+/// `LoadOptions::prefix_cache_entries`).
 fn with_instruction(messages: &[Message], instruction: &str) -> Vec<Message> {
-    let mut msgs = Vec::with_capacity(messages.len() + 1);
-    match messages.first() {
-        Some(m) if m.role == ferrograph::core::message::Role::System => {
-            let mut m = m.clone();
-            m.content = format!("{}\n{instruction}", m.content);
-            msgs.push(m);
-            msgs.extend_from_slice(&messages[1..]);
+    let mut msgs = messages.to_vec();
+    match msgs.last_mut() {
+        Some(m) if m.role != ferrograph::core::message::Role::System => {
+            m.content = format!("{}\n\n{instruction}", m.content);
         }
-        _ => {
-            msgs.push(Message::system(instruction));
-            msgs.extend_from_slice(messages);
-        }
+        _ => msgs.push(Message::human(instruction)),
     }
     msgs
 }
