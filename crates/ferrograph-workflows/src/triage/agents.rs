@@ -127,7 +127,10 @@ impl Agents {
              modules or functions as affected areas. Keywords must be short terms likely to \
              appear in the source code. Copy error messages exactly as the report shows them. \
              Lower your confidence when the report is vague.",
-            format!("## Prior findings\n{}\n\nGive your hypothesis.", prior_findings(s)),
+            format!(
+                "## Prior findings\n{}\n\nGive your hypothesis.",
+                prior_findings(s)
+            ),
         );
         let (res, call) = llm
             .structured::<InvestigatorOutput>(
@@ -190,8 +193,10 @@ impl Agents {
             format!(
                 "Hypothesis: {}\nKeywords: {}\nErrors: {}",
                 inv.map(|i| i.hypothesis.as_str()).unwrap_or("none yet"),
-                inv.map(|i| i.keywords_for_search.join(", ")).unwrap_or_default(),
-                inv.map(|i| i.error_messages.join(" | ")).unwrap_or_default(),
+                inv.map(|i| i.keywords_for_search.join(", "))
+                    .unwrap_or_default(),
+                inv.map(|i| i.error_messages.join(" | "))
+                    .unwrap_or_default(),
             ),
         );
         let (req, call1) = llm
@@ -385,7 +390,8 @@ impl Agents {
             format!(
                 "Hypothesis: {}\nKeywords: {}\n\nRetrieved code:\n{context}",
                 inv.map(|i| i.hypothesis.as_str()).unwrap_or(&s.issue_title),
-                inv.map(|i| i.keywords_for_search.join(", ")).unwrap_or_default(),
+                inv.map(|i| i.keywords_for_search.join(", "))
+                    .unwrap_or_default(),
             ),
         );
         let (res, call) = llm
@@ -404,8 +410,16 @@ impl Agents {
             Ok(o) => o,
             Err(e) => return Outcome::failed(e.to_string(), vec![call]),
         };
+        // Local models are constrained to the retrieved paths and regions; a remote model
+        // may ignore the constraint, so anything else is dropped here.
+        let chosen: Vec<&String> = o
+            .relevant_paths
+            .iter()
+            .filter(|p| paths.contains(p))
+            .collect();
+        let root_cause = Some(o.root_cause_location.clone()).filter(|l| locations.contains(l));
         let mut relevant: Vec<RelevantFile> = Vec::new();
-        for (i, p) in o.relevant_paths.iter().enumerate() {
+        for (i, p) in chosen.into_iter().enumerate() {
             if relevant.iter().any(|r| &r.path == p) {
                 continue;
             }
@@ -449,7 +463,7 @@ impl Agents {
                 error: None,
             },
             relevant_files: relevant,
-            root_cause_location: Some(o.root_cause_location).filter(|l| !l.is_empty()),
+            root_cause_location: root_cause,
             evidence: chunks
                 .iter()
                 .map(|c| format!("{} ({:.3})", c.location(), c.score))
