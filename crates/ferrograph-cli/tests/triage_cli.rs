@@ -1,0 +1,98 @@
+//! `ferrograph run triage` in real processes on the real local models: killed with SIGKILL
+//! after the investigator's step is committed, resumed in a new process, it completes
+//! without running the investigator again and writes its report and trace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/triage")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn cmd(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrograph"));
+    c.env("FERROGRAPH_DATA_DIR", data)
+        .env_remove("FERROGRAPH_CONFIG")
+        .env_remove("FERROGRAPH_MAX_STEPS")
+        .env_remove("FERROGRAPH_REMOTE_BASE_URL")
+        .env_remove("FERROGRAPH_DEFAULT_MODEL");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn sigkill_after_the_investigator_then_resume_completes_the_triage() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir: PathBuf = dir.path().join("report");
+    let out_arg = out_dir.display().to_string();
+    let mut child = cmd(dir.path())
+        .args(["run", "triage", "--thread", "tri-kill", "--stream"])
+        .args(["--issue", &fixture("issue.md"), "--repo", &fixture("repo")])
+        .args(["--docs", &fixture("docs"), "--out", &out_arg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut killed = false;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        // The web search has started: the investigator's step is committed.
+        if line.contains("▶ web_search") {
+            child.kill().unwrap();
+            killed = true;
+            break;
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(killed && !status.success(), "the run was killed mid-way");
+
+    let out = cmd(dir.path())
+        .args(["resume", "tri-kill"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = text(&out);
+    assert!(printed.contains("report (Markdown):"), "{printed}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("triage-report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["status"], "COMPLETED");
+    let runs = report["agent_runs"].as_array().unwrap();
+    let investigator_round_1 = runs
+        .iter()
+        .filter(|r| r["agent"] == "investigator" && r["round"] == 1)
+        .count();
+    assert_eq!(
+        investigator_round_1, 1,
+        "the committed step did not run again"
+    );
+    assert!(runs
+        .iter()
+        .any(|r| r["agent"] == "writer" && r["ok"] == true));
+    // The trace holds both processes' events (appended on resume).
+    let trace = std::fs::read_to_string(out_dir.join("events.jsonl")).unwrap();
+    let starts = trace
+        .lines()
+        .filter(|l| l.contains("task_start") && l.contains("\"web_search\""))
+        .count();
+    assert_eq!(
+        starts, 2,
+        "web_search started before the kill and again after"
+    );
+    assert!(out_dir.join("triage-report.md").exists());
+}
