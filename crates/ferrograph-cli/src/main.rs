@@ -1,5 +1,6 @@
 //! The `ferrograph` command-line tool.
 
+mod bench_workflow;
 mod config;
 mod fraud;
 mod index;
@@ -233,6 +234,29 @@ enum BenchCommand {
         /// Rounds with --peer.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+    },
+    /// A workflow end to end on a local model, with the prefix cache off and on: end-to-end
+    /// latency, latency and tokens per agent, prefix-cache savings (`triage` on the fixture
+    /// under tests/fixtures/triage by default).
+    Workflow {
+        /// The workflow.
+        #[arg(value_parser = ["triage"])]
+        name: String,
+        /// A GGUF path or a model name from models/models.toml (default: SmolLM2-135M Q4_1).
+        #[arg(long)]
+        model: Option<String>,
+        /// Issue file.
+        #[arg(long)]
+        issue: Option<PathBuf>,
+        /// Repository folder.
+        #[arg(long)]
+        repo: Option<PathBuf>,
+        /// Docs folder.
+        #[arg(long)]
+        docs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Cost per checkpointed step and bytes per step on sled (sync durability): a 10-node
     /// chain, a 500-message chat, and 64 concurrent chains. `benches/peers/compare_checkpoint.py`
@@ -618,6 +642,33 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     r.prompt_tokens, r.prefill_tok_s, r.decode_tok_s, r.decode_after_prompt_tok_s,
                     r.peak_rss_mib
                 ));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Workflow {
+                    name: _,
+                    model,
+                    issue,
+                    repo,
+                    docs,
+                    json,
+                },
+        } => {
+            let path = match model {
+                None => ferrograph_llm::manifest::default_chat_model_path()?,
+                Some(m) if std::path::Path::new(&m).exists() => PathBuf::from(m),
+                Some(m) => ferrograph_llm::manifest::ensure_model(&m)?,
+            };
+            let issue = issue.unwrap_or_else(|| bench_workflow::fixture("issue.md"));
+            let repo = repo.unwrap_or_else(|| bench_workflow::fixture("repo"));
+            let docs = docs.or_else(|| Some(bench_workflow::fixture("docs")).filter(|d| d.is_dir()));
+            let b = bench_workflow::bench_triage(&path, &issue, &repo, docs.as_deref()).await?;
+            if json {
+                print::line(serde_json::to_string_pretty(&b)?);
+            } else {
+                print::line(bench_workflow::summary(&b));
             }
             return Ok(ExitCode::SUCCESS);
         }
