@@ -69,6 +69,7 @@ fn close_objects(schema: &mut serde_json::Value) {
             if is_object && !map.contains_key("additionalProperties") {
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
+            bound_integer_format(map);
             for (key, v) in map.iter_mut() {
                 // Keys whose values are data, not schemas.
                 if matches!(
@@ -82,6 +83,39 @@ fn close_objects(schema: &mut serde_json::Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(close_objects),
         _ => {}
+    }
+}
+
+/// Gives an integer schema with a sized `format` (`uint8` … `int64`, as schemars writes for
+/// Rust integers) the range of that type when it states none: without it the grammar allows
+/// any number of digits, and a small model can write a number the type cannot hold.
+fn bound_integer_format(map: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    let Some(format) = map.get("format").and_then(Value::as_str) else {
+        return;
+    };
+    let (min, max): (i128, i128) = match format {
+        "uint8" => (0, u8::MAX.into()),
+        "uint16" => (0, u16::MAX.into()),
+        "uint32" => (0, u32::MAX.into()),
+        "uint64" | "uint" => (0, u64::MAX.into()),
+        "int8" => (i8::MIN.into(), i8::MAX.into()),
+        "int16" => (i16::MIN.into(), i16::MAX.into()),
+        "int32" => (i32::MIN.into(), i32::MAX.into()),
+        "int64" | "int" => (i64::MIN.into(), i64::MAX.into()),
+        _ => return,
+    };
+    let to_json = |v: i128| {
+        u64::try_from(v)
+            .map(Value::from)
+            .or_else(|_| i64::try_from(v).map(Value::from))
+            .unwrap_or(Value::Null)
+    };
+    if !map.contains_key("minimum") && !map.contains_key("exclusiveMinimum") {
+        map.insert("minimum".into(), to_json(min));
+    }
+    if !map.contains_key("maximum") && !map.contains_key("exclusiveMaximum") {
+        map.insert("maximum".into(), to_json(max));
     }
 }
 
@@ -239,6 +273,7 @@ pub fn tok_env(tokenizer: &Tokenizer, specials: &SpecialTokens) -> Result<TokEnv
 #[derive(Default)]
 pub struct Constraints {
     factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+    closers: OnceLock<Arc<Closers>>,
 }
 
 impl std::fmt::Debug for Constraints {
@@ -265,6 +300,13 @@ impl Constraints {
             })
             .clone()
             .map_err(LlmError::Validation)
+    }
+
+    /// The vocabulary's closing tokens, found once.
+    pub fn closers(&self, factory: &ParserFactory) -> Arc<Closers> {
+        self.closers
+            .get_or_init(|| Arc::new(Closers::of(factory.tok_env().tok_trie())))
+            .clone()
     }
 }
 
@@ -309,7 +351,8 @@ pub fn for_request(
     let factory = shared
         .constraints
         .factory(&shared.tokenizer, &shared.specials)?;
-    let mut c = Constraint::new(&factory, &grammar)?;
+    let mut c =
+        Constraint::new(&factory, &grammar)?.with_closers(shared.constraints.closers(&factory));
     if let Some(prefix) = options.response_prefix.as_deref().filter(|p| !p.is_empty()) {
         let toks = shared.encode(prefix)?;
         let taken = c.matcher.try_consume_tokens(&toks).unwrap_or(0);
@@ -352,6 +395,41 @@ pub struct Constraint {
     matcher: Matcher,
     mask: Option<SimpleVob>,
     stats: ConstraintStats,
+    /// Tokens that only close open strings, arrays and objects (quotes, brackets, braces,
+    /// whitespace), and those that may also start the next member (with commas).
+    closers: Arc<Closers>,
+}
+
+/// Token ids that wind a JSON output down (see [`Constraint::wrap_up`]).
+#[derive(Debug, Default)]
+pub struct Closers {
+    closing: Vec<u32>,
+    with_commas: Vec<u32>,
+}
+
+impl Closers {
+    /// The closing tokens of a vocabulary.
+    pub fn of(trie: &TokTrie) -> Self {
+        let mut c = Closers::default();
+        for id in 0..trie.vocab_size() as u32 {
+            let bytes = trie.token(id);
+            if bytes.is_empty() || !bytes.iter().any(|b| matches!(b, b'"' | b']' | b'}' | b',')) {
+                continue;
+            }
+            if bytes
+                .iter()
+                .all(|b| matches!(b, b'"' | b']' | b'}' | b' ' | b'\n'))
+            {
+                c.closing.push(id);
+            } else if bytes
+                .iter()
+                .all(|b| matches!(b, b'"' | b']' | b'}' | b',' | b' ' | b'\n'))
+            {
+                c.with_commas.push(id);
+            }
+        }
+        c
+    }
 }
 
 impl std::fmt::Debug for Constraint {
@@ -384,7 +462,15 @@ impl Constraint {
                 compile_time: start.elapsed(),
                 ..ConstraintStats::default()
             },
+            closers: Arc::new(Closers::default()),
         })
+    }
+
+    /// The closing tokens [`Constraint::wrap_up`] steers towards (none by default).
+    #[must_use]
+    pub fn with_closers(mut self, closers: Arc<Closers>) -> Self {
+        self.closers = closers;
+        self
     }
 
     fn failed(&self) -> LlmError {
@@ -424,6 +510,33 @@ impl Constraint {
         self.stats.masks += 1;
         self.stats.time += start.elapsed();
         Ok(())
+    }
+
+    /// Steers the next token towards finishing the output: among the tokens the last mask
+    /// allows, only end-of-sequence and tokens that close strings, arrays and objects keep
+    /// their logits (or, when none of those is allowed, tokens that also hold commas, to get
+    /// past a member the grammar still requires). Used in the last part of the token budget,
+    /// so a long answer ends as valid, shorter JSON instead of being cut off at `max_tokens`.
+    /// Does nothing when no such token is allowed (a number still needs its first digit).
+    pub fn wrap_up(&self, logits: &mut [f32], end_tokens: &[u32]) {
+        let Some(mask) = self.mask.as_ref() else {
+            return;
+        };
+        let allowed = |t: &u32| (*t as usize) < logits.len() && mask.is_allowed(*t);
+        let ends: Vec<u32> = end_tokens.iter().copied().filter(allowed).collect();
+        let mut keep: Vec<u32> = ends.clone();
+        keep.extend(self.closers.closing.iter().copied().filter(allowed));
+        if keep.is_empty() {
+            keep.extend(self.closers.with_commas.iter().copied().filter(allowed));
+        }
+        if keep.is_empty() {
+            return;
+        }
+        let kept: Vec<(u32, f32)> = keep.iter().map(|&t| (t, logits[t as usize])).collect();
+        logits.fill(f32::NEG_INFINITY);
+        for (t, l) in kept {
+            logits[t as usize] = if l.is_finite() { l } else { 0.0 };
+        }
     }
 
     /// Whether `tok` was allowed by the last mask.
@@ -587,6 +700,26 @@ mod tests {
         assert_eq!(sentencepiece_byte("<0xFF>"), Some(0xFF));
         assert_eq!(sentencepiece_byte("<0x0>"), None);
         assert_eq!(sentencepiece_byte("hello"), None);
+    }
+
+    #[test]
+    fn sized_integer_formats_get_their_range() {
+        let s = with_json_options(&serde_json::json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "format": "uint64", "minimum": 0},
+                "m": {"type": "integer", "format": "int8", "maximum": 9},
+                "f": {"type": "number", "format": "double"}
+            }
+        }));
+        let p = &s["properties"];
+        assert_eq!(p["n"]["maximum"], serde_json::json!(u64::MAX));
+        assert_eq!(p["n"]["minimum"], 0);
+        assert_eq!(
+            (p["m"]["minimum"].clone(), p["m"]["maximum"].clone()),
+            (serde_json::json!(-128), serde_json::json!(9))
+        );
+        assert!(p["f"].get("maximum").is_none());
     }
 
     #[test]

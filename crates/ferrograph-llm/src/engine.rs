@@ -622,6 +622,12 @@ impl Engine {
             }
             if let Some(c) = constraint.as_mut() {
                 c.apply(&mut logits)?;
+                // The last quarter of the budget (at least 24 tokens): wind the output down
+                // so that it ends as valid JSON rather than being cut off.
+                let left = options.max_tokens.saturating_sub(generated.len());
+                if left <= (options.max_tokens / 4).max(24) {
+                    c.wrap_up(&mut logits, &shared.specials.stop_ids);
+                }
             }
             let tok = sampler.sample(&mut logits, &history);
             if ttft.is_none() {

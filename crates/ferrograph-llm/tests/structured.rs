@@ -348,7 +348,6 @@ async fn run_type<T: JsonSchema + DeserializeOwned + std::fmt::Debug>(
 }
 
 #[tokio::test]
-#[ignore = "not yet proven at 100%: one pair (City/Paris) likely runs out of max_tokens; run with --ignored"]
 async fn smollm2_structured_output_is_schema_valid_on_55_pairs() {
     let m = model_or_skip!();
     let started = std::time::Instant::now();
@@ -534,7 +533,6 @@ fn calculator_tool() -> ToolSpec {
 }
 
 #[tokio::test]
-#[ignore = "its last fix (parallel_tool_calls, keeping complete calls) was not re-run yet; run with --ignored"]
 async fn smollm2_calls_bound_tools() {
     let m = model_or_skip!();
     let tools = vec![weather_tool(), calculator_tool()];
@@ -629,7 +627,6 @@ async fn smollm2_calls_bound_tools() {
 }
 
 #[tokio::test]
-#[ignore = "not yet run after the constrained-decoding changes; run with --ignored"]
 async fn constrained_sampling_is_reproducible_with_a_seed() {
     let m = model_or_skip!();
     let s = m.clone().with_structured_output::<Weather>();
