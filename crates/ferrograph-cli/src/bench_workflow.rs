@@ -85,7 +85,11 @@ async fn one_run(
     let out = wf
         .invoke(
             JsonInput::Update(input),
-            RunConfig::thread(if prefix_cache { "bench-cache" } else { "bench-nocache" }),
+            RunConfig::thread(if prefix_cache {
+                "bench-cache"
+            } else {
+                "bench-nocache"
+            }),
         )
         .await?;
     let total_ms = started.elapsed().as_millis() as u64;

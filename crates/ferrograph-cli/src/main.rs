@@ -663,7 +663,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             };
             let issue = issue.unwrap_or_else(|| bench_workflow::fixture("issue.md"));
             let repo = repo.unwrap_or_else(|| bench_workflow::fixture("repo"));
-            let docs = docs.or_else(|| Some(bench_workflow::fixture("docs")).filter(|d| d.is_dir()));
+            let docs =
+                docs.or_else(|| Some(bench_workflow::fixture("docs")).filter(|d| d.is_dir()));
             let b = bench_workflow::bench_triage(&path, &issue, &repo, docs.as_deref()).await?;
             if json {
                 print::line(serde_json::to_string_pretty(&b)?);
