@@ -16,8 +16,9 @@
 
 use crate::distance::DistUnitCosine;
 use crate::error::{IndexError, Result};
+use crate::view::{SearchView, ViewPoint};
 use hnsw_rs::api::AnnT;
-use hnsw_rs::hnsw::{Hnsw, Neighbour};
+use hnsw_rs::hnsw::Hnsw;
 use hnsw_rs::hnswio::HnswIo;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -40,6 +41,10 @@ pub(crate) struct Graph {
     pub(crate) dead: usize,
     /// Points a search from the top layer cannot reach.
     pub(crate) orphans: Vec<u64>,
+    /// The searchable copy, rebuilt with the orphans after every change.
+    view: SearchView,
+    /// Points in the graph when the view was built.
+    view_points: usize,
 }
 
 impl Graph {
@@ -56,6 +61,8 @@ impl Graph {
             ids: HashSet::new(),
             dead: 0,
             orphans: Vec::new(),
+            view: SearchView::default(),
+            view_points: usize::MAX,
         }
     }
 
@@ -79,20 +86,29 @@ impl Graph {
         Ok(())
     }
 
+    /// Ids of the `k` nearest points passing `keep` (all when `None`), from the search view
+    /// when it is current, else from hnsw_rs.
     pub(crate) fn search(
         &self,
         q: &[f32],
         k: usize,
         ef: usize,
-        filter: Option<&dyn hnsw_rs::filter::FilterT>,
-    ) -> Vec<Neighbour> {
+        keep: Option<&dyn Fn(u64) -> bool>,
+    ) -> Vec<u64> {
         if self.ids.is_empty() || k == 0 {
             return Vec::new();
         }
-        match filter {
-            Some(f) => self.hnsw.search_filter(q, k, ef.max(k), Some(f)),
-            None => self.hnsw.search(q, k, ef.max(k)),
+        if self.view_points == self.hnsw.get_nb_point() && self.view.len() == self.view_points {
+            return self.view.search(q, k, ef.max(k), keep);
         }
+        let neigh = match keep {
+            Some(f) => {
+                let filter = |d: &usize| f(*d as u64);
+                self.hnsw.search_filter(q, k, ef.max(k), Some(&filter))
+            }
+            None => self.hnsw.search(q, k, ef.max(k)),
+        };
+        neigh.iter().map(|n| n.d_id as u64).collect()
     }
 
     /// Recomputes the orphans: points not reachable over layer-0 edges from the top layer.
@@ -105,6 +121,7 @@ impl Graph {
         }
         let pi = self.hnsw.get_point_indexation();
         let mut adj: HashMap<usize, Vec<usize>> = HashMap::with_capacity(self.ids.len());
+        let mut view_points = Vec::with_capacity(self.ids.len());
         for p in pi {
             let layers = p.get_neighborhood_id();
             let l0 = layers
@@ -112,8 +129,27 @@ impl Graph {
                 .map(|l| l.iter().map(|n| n.d_id).collect())
                 .unwrap_or_default();
             adj.insert(p.get_origin_id(), l0);
+            view_points.push((p.get_origin_id() as u64, p.get_v().to_vec(), layers));
         }
         let top = self.hnsw.get_max_level_observed() as usize;
+        let entry = pi
+            .get_layer_iterator(top)
+            .map(|p| p.get_origin_id() as u64)
+            .next();
+        let dim = view_points.first().map_or(0, |p| p.1.len());
+        let points = view_points
+            .iter()
+            .map(|(id, v, layers)| ViewPoint {
+                id: *id,
+                vector: v,
+                layers: layers
+                    .iter()
+                    .map(|l| l.iter().map(|n| n.d_id as u64).collect())
+                    .collect(),
+            })
+            .collect();
+        self.view = SearchView::build(dim, points, entry);
+        self.view_points = self.hnsw.get_nb_point();
         let mut seen: HashSet<usize> = HashSet::with_capacity(adj.len());
         let mut stack: Vec<usize> = pi
             .get_layer_iterator(top)
@@ -304,6 +340,8 @@ pub(crate) fn load_latest(
                     ids: HashSet::new(),
                     dead: 0,
                     orphans: Vec::new(),
+                    view: SearchView::default(),
+                    view_points: usize::MAX,
                 };
                 let _ = (m, ef_construction);
                 graph.hnsw.set_extend_candidates(false);

@@ -995,15 +995,13 @@ impl Index {
             exact_scan(st, q, k, &pass)
         } else {
             let ef = opts.ef.unwrap_or(p.ef_search).max(k);
-            let filter = |d: &usize| pass(*d as u64);
             let neigh = if filters.is_empty() && st.graph.dead == 0 {
                 st.graph.search(q, k, ef, None)
             } else {
-                st.graph.search(q, k, ef, Some(&filter))
+                st.graph.search(q, k, ef, Some(&pass))
             };
             let mut res: Vec<(u64, f32)> = neigh
-                .iter()
-                .map(|n| n.d_id as u64)
+                .into_iter()
                 .filter(|id| pass(*id))
                 .filter_map(|id| st.vecs.get(id).map(|v| (id, dot(q, v))))
                 .collect();

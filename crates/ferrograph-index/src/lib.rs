@@ -41,6 +41,7 @@ pub mod retriever;
 #[cfg(feature = "tools")]
 pub mod searcher;
 pub mod types;
+mod view;
 
 pub use build::{index_dir, BuildOptions, BuildProgress, BuildReport};
 pub use chunk::{ChunkOptions, TextChunk};
