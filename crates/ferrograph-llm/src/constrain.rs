@@ -356,6 +356,7 @@ pub fn for_request(
     if let Some(prefix) = options.response_prefix.as_deref().filter(|p| !p.is_empty()) {
         let toks = shared.encode(prefix)?;
         let taken = c.matcher.try_consume_tokens(&toks).unwrap_or(0);
+        c.feed(&toks[..taken.min(toks.len())]);
         if taken != toks.len() {
             return Err(LlmError::Validation(format!(
                 "response_prefix {prefix:?} does not fit the output grammar"
@@ -398,50 +399,80 @@ pub struct Constraint {
     /// Tokens that only close open strings, arrays and objects (quotes, brackets, braces,
     /// whitespace), and those that may also start the next member (with commas).
     closers: Arc<Closers>,
+    string: StringState,
 }
 
-/// Token ids that wind a JSON output down (see [`Constraint::wrap_up`]).
+/// What [`Constraint::wrap_up`] needs of a vocabulary: which tokens close a JSON string,
+/// which close arrays and objects, and each token's bytes (to follow whether the output is
+/// inside a string).
 #[derive(Debug, Default)]
 pub struct Closers {
+    /// `"` then only `]`, `}`, `,` or whitespace: ends the current string.
+    quote: Vec<u32>,
+    /// Only `]`, `}` and whitespace, at least one bracket or brace.
     closing: Vec<u32>,
+    /// Only `,`, `]`, `}` and whitespace, at least one comma.
     with_commas: Vec<u32>,
+    /// Every token's bytes.
+    bytes: Vec<Vec<u8>>,
 }
 
 impl Closers {
-    /// The closing tokens of a vocabulary.
+    /// The closers of a vocabulary.
     pub fn of(trie: &TokTrie) -> Self {
         let mut c = Closers::default();
+        let tail = |b: &[u8]| {
+            b.iter()
+                .all(|x| matches!(x, b']' | b'}' | b',' | b' ' | b'\n'))
+        };
         for id in 0..trie.vocab_size() as u32 {
             let bytes = trie.token(id);
-            if bytes.is_empty() || !bytes.iter().any(|b| matches!(b, b'"' | b']' | b'}' | b',')) {
-                continue;
-            }
-            if bytes
-                .iter()
-                .all(|b| matches!(b, b'"' | b']' | b'}' | b' ' | b'\n'))
-            {
-                c.closing.push(id);
-            } else if bytes
-                .iter()
-                .all(|b| matches!(b, b'"' | b']' | b'}' | b',' | b' ' | b'\n'))
-            {
-                c.with_commas.push(id);
+            c.bytes.push(bytes.to_vec());
+            match bytes.split_first() {
+                Some((b'"', rest)) if tail(rest) => c.quote.push(id),
+                Some(_)
+                    if bytes
+                        .iter()
+                        .all(|x| matches!(x, b']' | b'}' | b' ' | b'\n'))
+                        && bytes.iter().any(|x| matches!(x, b']' | b'}')) =>
+                {
+                    c.closing.push(id)
+                }
+                Some(_) if tail(bytes) && bytes.contains(&b',') => c.with_commas.push(id),
+                _ => {}
             }
         }
         c
     }
 }
 
-impl std::fmt::Debug for Constraint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint")
-            .field("stats", &self.stats)
-            .finish()
-    }
-}
-
 fn grammar_error(e: impl std::fmt::Display) -> LlmError {
     LlmError::Validation(format!("cannot compile the output grammar: {e}"))
+}
+
+/// Whether the output so far ends inside a JSON string (a tiny lexer over its bytes).
+#[derive(Clone, Copy, Debug, Default)]
+struct StringState {
+    inside: bool,
+    escaped: bool,
+}
+
+impl StringState {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.inside {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.inside = false;
+                }
+            } else if b == b'"' {
+                self.inside = true;
+            }
+        }
+    }
 }
 
 impl Constraint {
@@ -463,6 +494,7 @@ impl Constraint {
                 ..ConstraintStats::default()
             },
             closers: Arc::new(Closers::default()),
+            string: StringState::default(),
         })
     }
 
@@ -523,11 +555,15 @@ impl Constraint {
             return;
         };
         let allowed = |t: &u32| (*t as usize) < logits.len() && mask.is_allowed(*t);
-        let ends: Vec<u32> = end_tokens.iter().copied().filter(allowed).collect();
-        let mut keep: Vec<u32> = ends.clone();
-        keep.extend(self.closers.closing.iter().copied().filter(allowed));
-        if keep.is_empty() {
-            keep.extend(self.closers.with_commas.iter().copied().filter(allowed));
+        let mut keep: Vec<u32> = end_tokens.iter().copied().filter(allowed).collect();
+        if self.string.inside {
+            // Inside a string, brackets are text: only a quote ends it.
+            keep.extend(self.closers.quote.iter().copied().filter(allowed));
+        } else {
+            keep.extend(self.closers.closing.iter().copied().filter(allowed));
+            if keep.is_empty() {
+                keep.extend(self.closers.with_commas.iter().copied().filter(allowed));
+            }
         }
         if keep.is_empty() {
             return;
@@ -536,6 +572,14 @@ impl Constraint {
         logits.fill(f32::NEG_INFINITY);
         for (t, l) in kept {
             logits[t as usize] = if l.is_finite() { l } else { 0.0 };
+        }
+    }
+
+    fn feed(&mut self, toks: &[u32]) {
+        for t in toks {
+            if let Some(b) = self.closers.bytes.get(*t as usize) {
+                self.string.feed(b);
+            }
         }
     }
 
@@ -550,6 +594,7 @@ impl Constraint {
         if self.matcher.consume_token(tok).is_err() {
             return Err(self.failed());
         }
+        self.feed(&[tok]);
         self.mask = None;
         self.stats.time += start.elapsed();
         Ok(())
@@ -567,6 +612,7 @@ impl Constraint {
         if !toks.is_empty() && self.matcher.consume_tokens(&toks).is_err() {
             return Err(self.failed());
         }
+        self.feed(&toks);
         if self.matcher.is_error() {
             return Err(self.failed());
         }
@@ -700,6 +746,19 @@ mod tests {
         assert_eq!(sentencepiece_byte("<0xFF>"), Some(0xFF));
         assert_eq!(sentencepiece_byte("<0x0>"), None);
         assert_eq!(sentencepiece_byte("hello"), None);
+    }
+
+    #[test]
+    fn string_state_follows_quotes_and_escapes() {
+        let mut st = StringState::default();
+        st.feed(br#"{"a": "x}]"#);
+        assert!(st.inside, "brackets inside a string are text");
+        st.feed(br#"\"#);
+        assert!(st.inside && st.escaped);
+        st.feed(br#"""#);
+        assert!(st.inside, "an escaped quote does not end the string");
+        st.feed(br#"", "b": 1"#);
+        assert!(!st.inside);
     }
 
     #[test]
