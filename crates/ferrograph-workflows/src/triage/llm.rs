@@ -142,7 +142,12 @@ impl AgentLlm {
             |o| {
                 o.max_tokens = max_tokens;
                 o.tools = tools.clone();
-                o.tool_choice = ToolChoice::Required;
+                // With one tool, name it: the same constraint, and servers that refuse
+                // `required` (llama-cpp-python's function-calling format) accept a name.
+                o.tool_choice = match tools.as_slice() {
+                    [only] => ToolChoice::Named(only.name.clone()),
+                    _ => ToolChoice::Required,
+                };
             },
             |answer| {
                 if answer.tool_calls.is_empty() {
