@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole ferrograph test suite: formatting, lints, unit tests, the semantics suite,
 # checkpoint and crash tests, doc tests, and every bench once in test mode.
-# Needs only the Rust toolchain (cargo, rustfmt, clippy); everything else is fetched by cargo.
+# Needs the Rust toolchain (cargo, rustfmt, clippy) and python3 with venv; the scripts fetch the
+# rest (crates, pip packages for the peer server, browser and fuzz tests, the CUDA compiler).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,3 +26,6 @@ bash scripts/browser-test.sh
 
 echo "== API fuzzing (schemathesis against /openapi.json)"
 bash scripts/fuzz-api.sh
+
+echo "== CUDA build check (nvcc from PyPI; no GPU needed)"
+bash scripts/check-cuda.sh

@@ -119,5 +119,6 @@ fn recall_at_10_on_20k_vectors_survives_reopen_deletes_and_filters() {
         let ids: Vec<u64> = got.iter().map(|h| h.id).collect();
         total += exact.iter().filter(|h| ids.contains(&h.id)).count() as f64 / K as f64;
     }
+    eprintln!("filtered recall@10 {:.4}", total / 50.0);
     assert!(total / 50.0 >= 0.95, "filtered recall {}", total / 50.0);
 }
