@@ -26,7 +26,14 @@ if ! command -v "$python" >/dev/null 2>&1; then
     exit 1
 fi
 
-want="llama-cpp-python[server]==$version $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+# llama.cpp's AMX kernels are left out of x86-64 builds: on virtual machines whose CPU flags
+# list AMX without the kernel granting the tile state, every quantized product crashes the
+# process (SIGSEGV), which is what the servers and peers here would do.
+no_amx=""
+if [[ "$(uname -m)" == x86_64 ]]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+want="llama-cpp-python[server]==$version $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') no-amx"
 
 if [[ "${FORCE:-0}" != 1 && -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "setup-llama-server: $venv is up to date" >&2
@@ -46,10 +53,12 @@ else
         echo "setup-llama-server: reusing $cached" >&2
         find_links+=(--find-links "$(dirname "$cached")")
     fi
-    export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF}"
+    export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'}"
     export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
     echo "setup-llama-server: installing llama-cpp-python[server]==$version (a build from source takes minutes)" >&2
     start=$(date +%s)
+    # A different stamp means a different build: drop the old one so pip builds again.
+    "$venv/bin/python" -m pip uninstall --quiet --yes llama-cpp-python >/dev/null 2>&1 || true
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "${find_links[@]}" "llama-cpp-python[server]==$version"
     printf '%s\n' "$want" >"$stamp"

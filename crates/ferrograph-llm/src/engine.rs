@@ -11,7 +11,7 @@ use crate::tokenizer::{tokenizer_from_file, tokenizer_from_gguf, SpecialTokens};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{
-    quantized_gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
+    quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
 };
 use ferrograph_core::message::Message;
 use std::io::{Read, Seek, SeekFrom};
@@ -111,9 +111,8 @@ enum Weights {
     Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
     Phi3(quantized_phi3::ModelWeights),
-    Gemma3(quantized_gemma3::ModelWeights),
     /// Our own kernels ([`crate::fast`]).
-    Fast(crate::fast::LlamaModel),
+    Fast(crate::fast::DecoderModel),
 }
 
 impl Weights {
@@ -123,7 +122,6 @@ impl Weights {
             Weights::Qwen2(m) => m.forward(x, pos),
             Weights::Qwen3(m) => m.forward(x, pos),
             Weights::Phi3(m) => m.forward(x, pos),
-            Weights::Gemma3(m) => m.forward(x, pos),
             Weights::Fast(m) => {
                 let tokens = x.flatten_all()?.to_vec1::<u32>()?;
                 let logits = m.forward(&tokens, pos).map_err(candle_core::Error::Msg)?;
@@ -141,7 +139,7 @@ impl Weights {
             Weights::Qwen3(m) => m.clear_kv_cache(),
             Weights::Fast(m) => m.reset(),
             // These reset their cache on a forward at position 0.
-            Weights::Phi3(_) | Weights::Gemma3(_) => {}
+            Weights::Phi3(_) => {}
         }
     }
 
@@ -152,7 +150,6 @@ impl Weights {
             Weights::Llama(m) => Some(Weights::Llama(m.clone())),
             Weights::Qwen3(m) => Some(Weights::Qwen3(m.clone())),
             Weights::Phi3(m) => Some(Weights::Phi3(m.clone())),
-            Weights::Gemma3(m) => Some(Weights::Gemma3(m.clone())),
             Weights::Fast(m) => Some(Weights::Fast(m.clone())),
             Weights::Qwen2(_) => None,
         }
@@ -163,7 +160,7 @@ impl Weights {
     fn snapshots(&self) -> bool {
         matches!(
             self,
-            Weights::Llama(_) | Weights::Phi3(_) | Weights::Gemma3(_) | Weights::Fast(_)
+            Weights::Llama(_) | Weights::Phi3(_) | Weights::Fast(_)
         )
     }
 }
@@ -320,6 +317,13 @@ impl Engine {
                     format!("{arch}.context_length"),
                     gguf_file::Value::U32(context_length as u32),
                 );
+                if arch == "qwen3" {
+                    // candle's Qwen3 builds its rotary table and masks in `general.dtype`,
+                    // half precision when the key is absent (as in llama.cpp's files): the
+                    // angles then drift by tenths of a radian past position 128. Ask for f32.
+                    ct.metadata
+                        .insert("general.dtype".into(), gguf_file::Value::U32(0));
+                }
             }
             _ => {}
         }
@@ -360,9 +364,24 @@ impl Engine {
             }
             _ => false,
         };
+        if arch == "gemma3" && !fast {
+            // candle's quantized Gemma 3 gates its feed-forward with SiLU where Gemma uses
+            // GELU, applies no sliding window while decoding, and cannot extend a cached
+            // prefix: its logits are far from llama.cpp's (tests/architectures.rs).
+            let why = match crate::fast::check_supported(&ct) {
+                Ok(()) if !device.is_cpu() => "it runs on the CPU only".to_string(),
+                Ok(()) => "FERROGRAPH_KERNELS=candle asks for candle's path".to_string(),
+                Err(why) => why,
+            };
+            return Err(LlmError::Config(format!(
+                "Gemma 3 runs on ferrograph's own kernels only (candle's quantized Gemma 3 \
+                 computes different logits), and they cannot run {}: {why}",
+                path.display()
+            )));
+        }
         let weights =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match arch.as_str() {
-                _ if fast => crate::fast::LlamaModel::load(&ct, &mut file)
+                _ if fast => crate::fast::DecoderModel::load(&ct, &mut file)
                     .map(Weights::Fast)
                     .map_err(candle_core::Error::Msg),
                 "llama" => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device)
@@ -373,8 +392,9 @@ impl Engine {
                     .map(Weights::Qwen3),
                 "phi3" => quantized_phi3::ModelWeights::from_gguf(false, ct, &mut file, &device)
                     .map(Weights::Phi3),
-                _ => quantized_gemma3::ModelWeights::from_gguf(ct, &mut file, &device)
-                    .map(Weights::Gemma3),
+                other => Err(candle_core::Error::Msg(format!(
+                    "internal: no candle model for {other}"
+                ))),
             }))
             .map_err(|_| LlmError::invalid(path, "model loader panicked on malformed input"))?
             .map_err(bad)?;
@@ -484,6 +504,12 @@ impl Engine {
                 return Ok((w, e.tokens.len(), false));
             }
         }
+        self.fresh_state()
+    }
+
+    /// The model with an empty KV cache: a clone of the base when it can be cloned, otherwise
+    /// the base itself, lent out (the flag says so).
+    fn fresh_state(&mut self) -> Result<(Weights, usize, bool), LlmError> {
         let base = self
             .base
             .as_ref()
@@ -692,6 +718,51 @@ impl Engine {
         let result = self.bench_from(&mut w, prompt, n, start);
         self.give_back(w, lent);
         result
+    }
+
+    /// Logits for the token after `prompt` and after each token of `continuation` fed in
+    /// turn (teacher forcing): `continuation.len() + 1` rows, one per position, each of
+    /// vocabulary size. The prompt is prefilled in one forward pass and the continuation then
+    /// decoded one token at a time through the KV cache, as generation does; the prompt-prefix
+    /// cache is not used. For scoring text and for checks against reference implementations.
+    pub fn teacher_forced_logits(
+        &mut self,
+        prompt: &[u32],
+        continuation: &[u32],
+    ) -> Result<Vec<Vec<f32>>, LlmError> {
+        if prompt.is_empty() {
+            return Err(LlmError::Validation("empty prompt".into()));
+        }
+        let total = prompt.len() + continuation.len();
+        if total >= self.shared.info.context_length {
+            return Err(LlmError::Validation(format!(
+                "{total} tokens do not fit the context of {}",
+                self.shared.info.context_length
+            )));
+        }
+        let vocab = self.shared.info.vocab_size;
+        if let Some(bad) = prompt
+            .iter()
+            .chain(continuation)
+            .find(|&&t| t as usize >= vocab)
+        {
+            return Err(LlmError::Validation(format!(
+                "token id {bad} is outside the vocabulary ({vocab} tokens)"
+            )));
+        }
+        let (mut w, _, lent) = self.fresh_state()?;
+        let mut rows = Vec::with_capacity(continuation.len() + 1);
+        let mut result = self.logits(&mut w, prompt, 0).map(|row| rows.push(row));
+        for (i, &tok) in continuation.iter().enumerate() {
+            if result.is_err() {
+                break;
+            }
+            result = self
+                .logits(&mut w, &[tok], prompt.len() + i)
+                .map(|row| rows.push(row));
+        }
+        self.give_back(w, lent);
+        result.map(|()| rows)
     }
 
     fn bench_from(

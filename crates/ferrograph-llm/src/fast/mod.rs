@@ -1,13 +1,18 @@
-//! Our own forward pass for llama-family GGUF models (SmolLM2, Llama 2/3-style without rope
-//! scaling, Mistral without sliding windows) over [`crate::kernels`]: weights repacked at
-//! load, activations quantized to 8-bit blocks per matrix product, fused RMSNorm/RoPE, a KV
-//! cache that grows with the sequence (no dense masks, nothing sized by the model's full
-//! context) and a persistent worker pool.
+//! Our own forward pass for llama-style decoder GGUF models over [`crate::kernels`]:
+//! weights repacked at load, activations quantized to 8-bit blocks per matrix product, fused
+//! RMSNorm/RoPE, a KV cache that grows with the sequence (no dense masks, nothing sized by the
+//! model's full context) and a persistent worker pool.
 //!
-//! [`crate::engine::Engine`] uses it for `llama` models whose tensor types all have kernels,
-//! unless `FERROGRAPH_KERNELS=candle` (or [`crate::options::LoadOptions::kernels`]) asks for
-//! candle's reference path. A clone shares the weights and copies the KV cache, so prompt
-//! prefix snapshots stay cheap and independent.
+//! Architectures ([`Family`]): `llama` (SmolLM2, Llama 2/3 without rope scaling, Mistral
+//! without sliding windows), `qwen2` (biases on q/k/v), `qwen3` (per-head q/k norms) and
+//! `gemma3` (per-head q/k norms, norms after attention and feed-forward, GELU, scaled
+//! embeddings, sliding-window layers with their own rotary base). Their differences are
+//! flags on one [`DecoderConfig`]; `tests/architectures.rs` checks each against llama.cpp.
+//!
+//! [`crate::engine::Engine`] uses it for these architectures when every tensor type has a
+//! kernel, unless `FERROGRAPH_KERNELS=candle` (or [`crate::options::LoadOptions::kernels`])
+//! asks for candle's reference path. A clone shares the weights and copies the KV cache, so
+//! prompt prefix snapshots stay cheap and independent.
 
 use crate::kernels::{self, GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
@@ -15,9 +20,54 @@ use parking_lot::Mutex;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-/// Shape and hyper-parameters of a llama model.
+/// The decoder families the fast path runs (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `llama`: interleaved rotary pairs, SiLU-gated feed-forward.
+    Llama,
+    /// `qwen2`: like llama with biases on the q/k/v projections and split-half rotary pairs.
+    Qwen2,
+    /// `qwen3`: split-half rotary pairs and an RMSNorm on every query and key head.
+    Qwen3,
+    /// `gemma3`: q/k head norms, norms after attention and feed-forward, GELU-gated
+    /// feed-forward, embeddings scaled by the square root of their width, and five
+    /// sliding-window layers (rotary base 10,000) for every global one.
+    Gemma3,
+}
+
+impl Family {
+    /// The family of a `general.architecture` value, if the fast path runs it.
+    pub fn from_architecture(arch: &str) -> Option<Family> {
+        Some(match arch {
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            "gemma3" => Family::Gemma3,
+            _ => return None,
+        })
+    }
+
+    /// The `general.architecture` value (the metadata key prefix).
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// Gemma 3 alternates five sliding-window layers with one global layer.
+const GEMMA3_SLIDING_PATTERN: usize = 6;
+/// Gemma 3's rotary base in its sliding-window layers.
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+
+/// Shape and hyper-parameters of a decoder model.
 #[derive(Clone, Debug)]
-pub struct LlamaConfig {
+pub struct DecoderConfig {
+    /// The architecture.
+    pub family: Family,
     /// Embedding width.
     pub dim: usize,
     /// Transformer blocks.
@@ -26,7 +76,7 @@ pub struct LlamaConfig {
     pub heads: usize,
     /// Key/value heads.
     pub kv_heads: usize,
-    /// Width of one head.
+    /// Width of one head (`heads * head_dim` may differ from `dim`, as in Gemma 3 and Qwen3).
     pub head_dim: usize,
     /// Feed-forward width.
     pub ffn: usize,
@@ -34,8 +84,33 @@ pub struct LlamaConfig {
     pub vocab: usize,
     /// RMSNorm epsilon.
     pub eps: f32,
-    /// RoPE base frequency.
+    /// RoPE base frequency (of the global layers, for Gemma 3).
     pub rope_base: f32,
+    /// Sliding attention window in tokens (Gemma 3's local layers), if any.
+    pub sliding_window: Option<usize>,
+    /// Attention logit scale.
+    pub attn_scale: f32,
+}
+
+impl DecoderConfig {
+    /// Width of all query heads together.
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of all key (or value) heads together.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Whether layer `l` attends through the sliding window.
+    pub fn is_sliding(&self, l: usize) -> bool {
+        self.sliding_window.is_some() && (l + 1) % GEMMA3_SLIDING_PATTERN != 0
+    }
+
+    fn neox_rope(&self) -> bool {
+        self.family != Family::Llama
+    }
 }
 
 struct Layer {
@@ -43,26 +118,37 @@ struct Layer {
     wq: QMatrix,
     wk: QMatrix,
     wv: QMatrix,
+    /// Qwen2's q/k/v biases.
+    bias: Option<[Vec<f32>; 3]>,
+    /// Qwen3's and Gemma 3's per-head query and key norms.
+    qk_norm: Option<[Vec<f32>; 2]>,
     wo: QMatrix,
+    /// Gemma 3's norm of the attention output, before the residual add.
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     gate: QMatrix,
     up: QMatrix,
     down: QMatrix,
+    /// Gemma 3's norm of the feed-forward output, before the residual add.
+    post_ffn_norm: Option<Vec<f32>>,
+    /// Rotary inverse frequencies of this layer.
+    inv_freq: Arc<Vec<f32>>,
+    /// Attention window of this layer, if it slides.
+    window: Option<usize>,
 }
 
 /// The immutable weights.
-pub struct LlamaWeights {
-    cfg: LlamaConfig,
+pub struct DecoderWeights {
+    cfg: DecoderConfig,
     embed: QMatrix,
     layers: Vec<Layer>,
     norm: Vec<f32>,
     output: Option<QMatrix>,
-    inv_freq: Vec<f32>,
 }
 
-impl std::fmt::Debug for LlamaWeights {
+impl std::fmt::Debug for DecoderWeights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlamaWeights")
+        f.debug_struct("DecoderWeights")
             .field("cfg", &self.cfg)
             .finish()
     }
@@ -70,8 +156,8 @@ impl std::fmt::Debug for LlamaWeights {
 
 /// A model instance: shared weights plus its own KV cache.
 #[derive(Clone, Debug)]
-pub struct LlamaModel {
-    w: Arc<LlamaWeights>,
+pub struct DecoderModel {
+    w: Arc<DecoderWeights>,
     /// Per layer, `len * kv_dim` keys (after RoPE) and values.
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
@@ -112,40 +198,84 @@ fn gguf_type(t: GgmlDType) -> Option<GgufType> {
     })
 }
 
-fn config(ct: &gguf_file::Content) -> Result<LlamaConfig, String> {
-    let dim = md_usize(ct, "llama.embedding_length")?;
-    let heads = md_usize(ct, "llama.attention.head_count")?;
-    let kv_heads = md_usize(ct, "llama.attention.head_count_kv").unwrap_or(heads);
-    let layers = md_usize(ct, "llama.block_count")?;
-    let ffn = md_usize(ct, "llama.feed_forward_length")?;
-    if heads == 0 || kv_heads == 0 || dim % heads != 0 || heads % kv_heads != 0 || layers == 0 {
+fn config(ct: &gguf_file::Content) -> Result<DecoderConfig, String> {
+    let arch = md(ct, "general.architecture")?
+        .to_string()
+        .map_err(|e| e.to_string())?
+        .clone();
+    let family = Family::from_architecture(&arch).ok_or_else(|| format!("architecture {arch}"))?;
+    let a = family.architecture();
+    let dim = md_usize(ct, &format!("{a}.embedding_length"))?;
+    let heads = md_usize(ct, &format!("{a}.attention.head_count"))?;
+    let kv_heads = md_usize(ct, &format!("{a}.attention.head_count_kv")).unwrap_or(heads);
+    let layers = md_usize(ct, &format!("{a}.block_count"))?;
+    let ffn = md_usize(ct, &format!("{a}.feed_forward_length"))?;
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || layers == 0 || dim == 0 {
         return Err(format!(
             "inconsistent heads: dim {dim}, heads {heads}/{kv_heads}"
         ));
     }
-    let head_dim = dim / heads;
-    if head_dim % 2 != 0 {
+    let head_dim = match md_usize(ct, &format!("{a}.attention.key_length")) {
+        Ok(k) => k,
+        Err(_) if dim % heads == 0 => dim / heads,
+        Err(_) => return Err(format!("dim {dim} is not a multiple of {heads} heads")),
+    };
+    if let Ok(v) = md_usize(ct, &format!("{a}.attention.value_length")) {
+        if v != head_dim {
+            return Err(format!(
+                "value heads of {v} differ from key heads of {head_dim}"
+            ));
+        }
+    }
+    if head_dim == 0 || head_dim % 2 != 0 {
         return Err("odd head width".into());
     }
-    if let Ok(rd) = md_usize(ct, "llama.rope.dimension_count") {
+    if let Ok(rd) = md_usize(ct, &format!("{a}.rope.dimension_count")) {
         if rd != head_dim {
             return Err(format!("partial rotary ({rd} of {head_dim})"));
         }
     }
-    if ct.metadata.contains_key("llama.rope.scaling.type")
+    if ct.metadata.contains_key(&format!("{a}.rope.scaling.type"))
         || ct.tensor_infos.contains_key("rope_freqs.weight")
     {
         return Err("rope scaling".into());
     }
-    if md_usize(ct, "llama.expert_count").unwrap_or(0) > 0 {
+    if md_usize(ct, &format!("{a}.expert_count")).unwrap_or(0) > 0 {
         return Err("mixture of experts".into());
+    }
+    if family != Family::Gemma3
+        && md_usize(ct, &format!("{a}.attention.sliding_window")).is_ok_and(|w| w > 0)
+    {
+        return Err("sliding-window attention".into());
+    }
+    if md_f32(ct, &format!("{a}.final_logit_softcapping")).is_some()
+        || md_f32(ct, &format!("{a}.attn_logit_softcapping")).is_some()
+    {
+        return Err("logit soft-capping".into());
     }
     let embed = ct
         .tensor_infos
         .get("token_embd.weight")
         .ok_or("missing token_embd.weight")?;
     let vocab = embed.shape.dims().first().copied().unwrap_or(0);
-    Ok(LlamaConfig {
+    let sliding_window = match family {
+        Family::Gemma3 => Some(md_usize(ct, "gemma3.attention.sliding_window")?.max(1)),
+        _ => None,
+    };
+    // Gemma 3 27B scales queries by its embedding width per head rather than its head width
+    // (llama.cpp tells it by its 62 layers).
+    let scale_width = if family == Family::Gemma3 && layers == 62 {
+        dim / heads
+    } else {
+        head_dim
+    };
+    let default_base = if family == Family::Gemma3 {
+        1_000_000.0
+    } else {
+        10_000.0
+    };
+    Ok(DecoderConfig {
+        family,
         dim,
         layers,
         heads,
@@ -153,14 +283,16 @@ fn config(ct: &gguf_file::Content) -> Result<LlamaConfig, String> {
         head_dim,
         ffn,
         vocab,
-        eps: md_f32(ct, "llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
-        rope_base: md_f32(ct, "llama.rope.freq_base").unwrap_or(10_000.0),
+        eps: md_f32(ct, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+        rope_base: md_f32(ct, &format!("{a}.rope.freq_base")).unwrap_or(default_base),
+        sliding_window,
+        attn_scale: 1.0 / (scale_width.max(1) as f32).sqrt(),
     })
 }
 
 /// Tensor names and shapes (rows, cols) the model needs; vectors have rows = 1.
-fn tensor_plan(cfg: &LlamaConfig, tied: bool) -> Vec<(String, usize, usize)> {
-    let (d, kv, f) = (cfg.dim, cfg.kv_heads * cfg.head_dim, cfg.ffn);
+fn tensor_plan(cfg: &DecoderConfig, tied: bool) -> Vec<(String, usize, usize)> {
+    let (d, q, kv, f, hd) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn, cfg.head_dim);
     let mut v = vec![
         ("token_embd.weight".to_string(), cfg.vocab, d),
         ("output_norm.weight".to_string(), 1, d),
@@ -172,27 +304,40 @@ fn tensor_plan(cfg: &LlamaConfig, tied: bool) -> Vec<(String, usize, usize)> {
         let p = format!("blk.{l}.");
         v.extend([
             (format!("{p}attn_norm.weight"), 1, d),
-            (format!("{p}attn_q.weight"), d, d),
+            (format!("{p}attn_q.weight"), q, d),
             (format!("{p}attn_k.weight"), kv, d),
             (format!("{p}attn_v.weight"), kv, d),
-            (format!("{p}attn_output.weight"), d, d),
+            (format!("{p}attn_output.weight"), d, q),
             (format!("{p}ffn_norm.weight"), 1, d),
             (format!("{p}ffn_gate.weight"), f, d),
             (format!("{p}ffn_up.weight"), f, d),
             (format!("{p}ffn_down.weight"), d, f),
         ]);
+        if cfg.family == Family::Qwen2 {
+            v.extend([
+                (format!("{p}attn_q.bias"), 1, q),
+                (format!("{p}attn_k.bias"), 1, kv),
+                (format!("{p}attn_v.bias"), 1, kv),
+            ]);
+        }
+        if matches!(cfg.family, Family::Qwen3 | Family::Gemma3) {
+            v.extend([
+                (format!("{p}attn_q_norm.weight"), 1, hd),
+                (format!("{p}attn_k_norm.weight"), 1, hd),
+            ]);
+        }
+        if cfg.family == Family::Gemma3 {
+            v.extend([
+                (format!("{p}post_attention_norm.weight"), 1, d),
+                (format!("{p}post_ffw_norm.weight"), 1, d),
+            ]);
+        }
     }
     v
 }
 
 /// Whether the fast path can run this GGUF: `Err` says why not (then candle's path is used).
 pub fn check_supported(ct: &gguf_file::Content) -> Result<(), String> {
-    let arch = md(ct, "general.architecture")?
-        .to_string()
-        .map_err(|e| e.to_string())?;
-    if arch != "llama" {
-        return Err(format!("architecture {arch}"));
-    }
     let cfg = config(ct)?;
     let tied = !ct.tensor_infos.contains_key("output.weight");
     for (name, rows, cols) in tensor_plan(&cfg, tied) {
@@ -282,8 +427,16 @@ impl<R: Read + Seek> Reader<'_, R> {
     }
 }
 
-impl LlamaModel {
-    /// Loads the weights of a llama GGUF whose header is `ct` from `file` (the same file).
+fn inv_freq(base: f32, head_dim: usize) -> Arc<Vec<f32>> {
+    Arc::new(
+        (0..head_dim / 2)
+            .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
+            .collect(),
+    )
+}
+
+impl DecoderModel {
+    /// Loads the weights of a GGUF whose header is `ct` from `file` (the same file).
     pub fn load<R: Read + Seek>(ct: &gguf_file::Content, file: &mut R) -> Result<Self, String> {
         check_supported(ct)?;
         let cfg = config(ct)?;
@@ -291,7 +444,7 @@ impl LlamaModel {
             .seek(SeekFrom::End(0))
             .map_err(|e| format!("cannot read the file: {e}"))?;
         let mut rd = Reader { ct, file, file_len };
-        let (d, kv, f) = (cfg.dim, cfg.kv_heads * cfg.head_dim, cfg.ffn);
+        let (d, q, kv, f, hd) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn, cfg.head_dim);
         let embed = rd.matrix("token_embd.weight", cfg.vocab, d)?;
         let norm = rd.vector("output_norm.weight", d)?;
         let output = if ct.tensor_infos.contains_key("output.weight") {
@@ -299,34 +452,64 @@ impl LlamaModel {
         } else {
             None
         };
+        let global_freq = inv_freq(cfg.rope_base, hd);
+        let local_freq = inv_freq(GEMMA3_LOCAL_ROPE_BASE, hd);
+        let family = cfg.family;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let p = format!("blk.{l}.");
+            let sliding = cfg.is_sliding(l);
             layers.push(Layer {
                 attn_norm: rd.vector(&format!("{p}attn_norm.weight"), d)?,
-                wq: rd.matrix(&format!("{p}attn_q.weight"), d, d)?,
+                wq: rd.matrix(&format!("{p}attn_q.weight"), q, d)?,
                 wk: rd.matrix(&format!("{p}attn_k.weight"), kv, d)?,
                 wv: rd.matrix(&format!("{p}attn_v.weight"), kv, d)?,
-                wo: rd.matrix(&format!("{p}attn_output.weight"), d, d)?,
+                bias: match family {
+                    Family::Qwen2 => Some([
+                        rd.vector(&format!("{p}attn_q.bias"), q)?,
+                        rd.vector(&format!("{p}attn_k.bias"), kv)?,
+                        rd.vector(&format!("{p}attn_v.bias"), kv)?,
+                    ]),
+                    _ => None,
+                },
+                qk_norm: match family {
+                    Family::Qwen3 | Family::Gemma3 => Some([
+                        rd.vector(&format!("{p}attn_q_norm.weight"), hd)?,
+                        rd.vector(&format!("{p}attn_k_norm.weight"), hd)?,
+                    ]),
+                    _ => None,
+                },
+                wo: rd.matrix(&format!("{p}attn_output.weight"), d, q)?,
+                post_attn_norm: match family {
+                    Family::Gemma3 => {
+                        Some(rd.vector(&format!("{p}post_attention_norm.weight"), d)?)
+                    }
+                    _ => None,
+                },
                 ffn_norm: rd.vector(&format!("{p}ffn_norm.weight"), d)?,
                 gate: rd.matrix(&format!("{p}ffn_gate.weight"), f, d)?,
                 up: rd.matrix(&format!("{p}ffn_up.weight"), f, d)?,
                 down: rd.matrix(&format!("{p}ffn_down.weight"), d, f)?,
+                post_ffn_norm: match family {
+                    Family::Gemma3 => Some(rd.vector(&format!("{p}post_ffw_norm.weight"), d)?),
+                    _ => None,
+                },
+                inv_freq: if sliding {
+                    local_freq.clone()
+                } else {
+                    global_freq.clone()
+                },
+                window: if sliding { cfg.sliding_window } else { None },
             });
         }
-        let half = cfg.head_dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| 1.0 / cfg.rope_base.powf((2 * i) as f32 / cfg.head_dim as f32))
-            .collect();
         let layers_n = cfg.layers;
-        Ok(LlamaModel {
-            w: Arc::new(LlamaWeights {
+        Ok(DecoderModel {
+            w: Arc::new(DecoderWeights {
                 cfg,
                 embed,
                 layers,
                 norm,
                 output,
-                inv_freq,
             }),
             k: vec![Vec::new(); layers_n],
             v: vec![Vec::new(); layers_n],
@@ -335,7 +518,7 @@ impl LlamaModel {
     }
 
     /// The model's shape.
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &DecoderConfig {
         &self.w.cfg
     }
 
@@ -350,7 +533,7 @@ impl LlamaModel {
     }
 
     fn truncate(&mut self, len: usize) {
-        let kv = self.w.cfg.kv_heads * self.w.cfg.head_dim;
+        let kv = self.w.cfg.kv_dim();
         for c in self.k.iter_mut().chain(self.v.iter_mut()) {
             c.truncate(len * kv);
         }
@@ -373,7 +556,7 @@ impl LlamaModel {
         }
         self.truncate(pos);
         let (d, hd, t_n) = (cfg.dim, cfg.head_dim, tokens.len());
-        let kv = cfg.kv_heads * hd;
+        let (qd, kv) = (cfg.q_dim(), cfg.kv_dim());
         let mut x = vec![0f32; t_n * d];
         for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
             if !w.embed.dequantize_row(tok as usize, row) {
@@ -383,29 +566,45 @@ impl LlamaModel {
                 ));
             }
         }
-        // RoPE angles of the new positions.
+        if cfg.family == Family::Gemma3 {
+            let s = (d as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+        // RoPE angles of the new positions, per distinct frequency table.
+        let mut tables: Vec<RopeTable> = Vec::new();
         let half = hd / 2;
-        let mut cos = vec![0f32; t_n * half];
-        let mut sin = vec![0f32; t_n * half];
-        for t in 0..t_n {
-            let p = (pos + t) as f32;
-            for (i, f) in w.inv_freq.iter().enumerate() {
-                let a = p * f;
-                cos[t * half + i] = a.cos();
-                sin[t * half + i] = a.sin();
+        for layer in &w.layers {
+            if tables.iter().any(|r| Arc::ptr_eq(&r.freq, &layer.inv_freq)) {
+                continue;
             }
+            let mut cos = vec![0f32; t_n * half];
+            let mut sin = vec![0f32; t_n * half];
+            for t in 0..t_n {
+                let p = (pos + t) as f32;
+                for (i, f) in layer.inv_freq.iter().enumerate() {
+                    let a = p * f;
+                    cos[t * half + i] = a.cos();
+                    sin[t * half + i] = a.sin();
+                }
+            }
+            tables.push(RopeTable {
+                freq: layer.inv_freq.clone(),
+                cos,
+                sin,
+            });
         }
         let mut h = vec![0f32; t_n * d];
         let mut act = QAct::default();
         let (mut q, mut k, mut v) = (
-            vec![0f32; t_n * d],
+            vec![0f32; t_n * qd],
             vec![0f32; t_n * kv],
             vec![0f32; t_n * kv],
         );
-        let mut attn = vec![0f32; t_n * d];
+        let mut attn = vec![0f32; t_n * qd];
         let mut o = vec![0f32; t_n * d];
         let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
         let total = pos + t_n;
+        let neox = cfg.neox_rope();
         for (li, layer) in w.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
             act.quantize(&h, d);
@@ -417,8 +616,22 @@ impl LlamaModel {
                 ],
                 &act,
             );
-            rope(&mut q, hd, &cos, &sin);
-            rope(&mut k, hd, &cos, &sin);
+            if let Some([bq, bk, bv]) = &layer.bias {
+                add_rows(&mut q, bq);
+                add_rows(&mut k, bk);
+                add_rows(&mut v, bv);
+            }
+            if let Some([nq, nk]) = &layer.qk_norm {
+                rms_norm_in_place(&mut q, nq, cfg.eps);
+                rms_norm_in_place(&mut k, nk, cfg.eps);
+            }
+            let table = tables
+                .iter()
+                .find(|r| Arc::ptr_eq(&r.freq, &layer.inv_freq))
+                .ok_or("internal: no rotary table for a layer")?;
+            let (cos, sin) = (&table.cos, &table.sin);
+            rope(&mut q, hd, cos, sin, neox);
+            rope(&mut k, hd, cos, sin, neox);
             let (kc, vc) = (&mut self.k[li], &mut self.v[li]);
             if kc.capacity() < total * kv {
                 let want = (total + 256) * kv;
@@ -427,9 +640,12 @@ impl LlamaModel {
             }
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            attention(cfg, &q, kc, vc, pos, t_n, &mut attn);
-            act.quantize(&attn, d);
+            attention(cfg, &q, kc, vc, pos, t_n, layer.window, &mut attn);
+            act.quantize(&attn, qd);
             kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
+            if let Some(n) = &layer.post_attn_norm {
+                rms_norm_in_place(&mut o, n, cfg.eps);
+            }
             add(&mut x, &o);
             rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
             act.quantize(&h, d);
@@ -437,11 +653,20 @@ impl LlamaModel {
                 &mut [(&layer.gate, &mut g[..]), (&layer.up, &mut u[..])],
                 &act,
             );
-            for (a, b) in g.iter_mut().zip(&u) {
-                *a = *a / (1.0 + (-*a).exp()) * b;
+            if cfg.family == Family::Gemma3 {
+                for (a, b) in g.iter_mut().zip(&u) {
+                    *a = gelu_tanh(*a) * b;
+                }
+            } else {
+                for (a, b) in g.iter_mut().zip(&u) {
+                    *a = *a / (1.0 + (-*a).exp()) * b;
+                }
             }
             act.quantize(&g, cfg.ffn);
             kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
+            if let Some(n) = &layer.post_ffn_norm {
+                rms_norm_in_place(&mut o, n, cfg.eps);
+            }
             add(&mut x, &o);
         }
         self.len = total;
@@ -456,10 +681,30 @@ impl LlamaModel {
     }
 }
 
+/// Cosines and sines of one rotary frequency table at the positions of one forward pass.
+struct RopeTable {
+    freq: Arc<Vec<f32>>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
 fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
+}
+
+/// Adds `bias` to every row of `x`.
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add(row, bias);
+    }
+}
+
+/// GELU, tanh approximation (as Gemma and llama.cpp compute it).
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
 /// Sum of squares with eight independent lanes (vectorizes without reassociation).
@@ -479,6 +724,7 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// RMSNorm of every `w.len()`-wide chunk of `x` into `out`.
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
@@ -490,8 +736,21 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Interleaved (GGML "normal") rotary embedding of every head of every row.
-fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+/// RMSNorm of every `w.len()`-wide chunk of `x` (a row, or one head of a row) in place.
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    for xr in x.chunks_exact_mut(d) {
+        let ms = dot8(xr, xr) / d as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        for (a, g) in xr.iter_mut().zip(w) {
+            *a *= scale * g;
+        }
+    }
+}
+
+/// Rotary embedding of every head of every row: interleaved pairs `(2i, 2i+1)` (GGML
+/// "normal", llama) or split halves `(i, i + hd/2)` (GGML "neox": Qwen, Gemma).
+fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
     let half = hd / 2;
     let t_n = cos.len() / half;
     let row = x.len() / t_n;
@@ -501,30 +760,42 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
             &sin[t * half..(t + 1) * half],
         );
         for head in xr.chunks_exact_mut(hd) {
-            for i in 0..half {
-                let (a, b) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = a * c[i] - b * s[i];
-                head[2 * i + 1] = a * s[i] + b * c[i];
+            if neox {
+                let (lo, hi) = head.split_at_mut(half);
+                for i in 0..half {
+                    let (a, b) = (lo[i], hi[i]);
+                    lo[i] = a * c[i] - b * s[i];
+                    hi[i] = a * s[i] + b * c[i];
+                }
+            } else {
+                for i in 0..half {
+                    let (a, b) = (head[2 * i], head[2 * i + 1]);
+                    head[2 * i] = a * c[i] - b * s[i];
+                    head[2 * i + 1] = a * s[i] + b * c[i];
+                }
             }
         }
     }
 }
 
-/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache.
+/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache; with a
+/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`.
+#[allow(clippy::too_many_arguments)]
 fn attention(
-    cfg: &LlamaConfig,
+    cfg: &DecoderConfig,
     q: &[f32],
     kc: &[f32],
     vc: &[f32],
     pos: usize,
     t_n: usize,
+    window: Option<usize>,
     out: &mut [f32],
 ) {
     let (hd, heads) = (cfg.head_dim, cfg.heads);
-    let kv = cfg.kv_heads * hd;
+    let kv = cfg.kv_dim();
     let group = heads / cfg.kv_heads;
-    let d = heads * hd;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let d = cfg.q_dim();
+    let scale = cfg.attn_scale;
     // Per head: [t][hd], so that each head's output is one disjoint chunk.
     let mut per_head = vec![0f32; heads * t_n * hd];
     {
@@ -536,21 +807,24 @@ fn attention(
             let mut scores = vec![0f32; pos + t_n];
             for t in 0..t_n {
                 let n = pos + t + 1;
+                let first = window.map_or(0, |w| n.saturating_sub(w));
                 let qv = &q[t * d + h * hd..t * d + (h + 1) * hd];
                 let mut mx = f32::NEG_INFINITY;
-                for (j, s) in scores[..n].iter_mut().enumerate() {
+                for (j, s) in scores[first..n].iter_mut().enumerate() {
+                    let j = first + j;
                     *s = dot8(qv, &kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
                     mx = mx.max(*s);
                 }
                 let mut sum = 0f32;
-                for s in scores[..n].iter_mut() {
+                for s in scores[first..n].iter_mut() {
                     *s = (*s - mx).exp();
                     sum += *s;
                 }
                 let inv = 1.0 / sum;
                 let o = &mut dst[t * hd..(t + 1) * hd];
                 o.fill(0.0);
-                for (j, s) in scores[..n].iter().enumerate() {
+                for (j, s) in scores[first..n].iter().enumerate() {
+                    let j = first + j;
                     let p = s * inv;
                     let vr = &vc[j * kv + g * hd..j * kv + (g + 1) * hd];
                     for (a, b) in o.iter_mut().zip(vr) {
