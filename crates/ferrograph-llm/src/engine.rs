@@ -356,7 +356,8 @@ impl Engine {
         );
         let bad = |e: candle_core::Error| LlmError::invalid(path, e);
         let kernels = options.kernels.resolve();
-        let fast = match (kernels, crate::fast::check_supported(&ct)) {
+        let support = crate::fast::check_supported(&ct);
+        let fast = match (kernels, &support) {
             (crate::fast::Kernels::Candle, _) => false,
             (_, Ok(())) if device.is_cpu() => true,
             (crate::fast::Kernels::Fast, Err(why)) => {
@@ -368,7 +369,7 @@ impl Engine {
             // candle's quantized Gemma 3 gates its feed-forward with SiLU where Gemma uses
             // GELU, applies no sliding window while decoding, and cannot extend a cached
             // prefix: its logits are far from llama.cpp's (tests/architectures.rs).
-            let why = match crate::fast::check_supported(&ct) {
+            let why = match support {
                 Ok(()) if !device.is_cpu() => "it runs on the CPU only".to_string(),
                 Ok(()) => "FERROGRAPH_KERNELS=candle asks for candle's path".to_string(),
                 Err(why) => why,
@@ -751,18 +752,23 @@ impl Engine {
             )));
         }
         let (mut w, _, lent) = self.fresh_state()?;
-        let mut rows = Vec::with_capacity(continuation.len() + 1);
-        let mut result = self.logits(&mut w, prompt, 0).map(|row| rows.push(row));
-        for (i, &tok) in continuation.iter().enumerate() {
-            if result.is_err() {
-                break;
-            }
-            result = self
-                .logits(&mut w, &[tok], prompt.len() + i)
-                .map(|row| rows.push(row));
-        }
+        let rows = self.forced_rows(&mut w, prompt, continuation);
         self.give_back(w, lent);
-        result.map(|()| rows)
+        rows
+    }
+
+    fn forced_rows(
+        &self,
+        w: &mut Weights,
+        prompt: &[u32],
+        continuation: &[u32],
+    ) -> Result<Vec<Vec<f32>>, LlmError> {
+        let mut rows = Vec::with_capacity(continuation.len() + 1);
+        rows.push(self.logits(w, prompt, 0)?);
+        for (i, &tok) in continuation.iter().enumerate() {
+            rows.push(self.logits(w, &[tok], prompt.len() + i)?);
+        }
+        Ok(rows)
     }
 
     fn bench_from(

@@ -131,10 +131,8 @@ struct Layer {
     down: QMatrix,
     /// Gemma 3's norm of the feed-forward output, before the residual add.
     post_ffn_norm: Option<Vec<f32>>,
-    /// Rotary inverse frequencies of this layer.
-    inv_freq: Arc<Vec<f32>>,
-    /// Attention window of this layer, if it slides.
-    window: Option<usize>,
+    /// Whether this layer attends through the sliding window (with the local rotary base).
+    sliding: bool,
 }
 
 /// The immutable weights.
@@ -144,6 +142,10 @@ pub struct DecoderWeights {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     output: Option<QMatrix>,
+    /// Rotary inverse frequencies of the global layers.
+    rope_global: Vec<f32>,
+    /// Rotary inverse frequencies of the sliding-window layers, when the model has them.
+    rope_local: Option<Vec<f32>>,
 }
 
 impl std::fmt::Debug for DecoderWeights {
@@ -427,12 +429,10 @@ impl<R: Read + Seek> Reader<'_, R> {
     }
 }
 
-fn inv_freq(base: f32, head_dim: usize) -> Arc<Vec<f32>> {
-    Arc::new(
-        (0..head_dim / 2)
-            .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
-            .collect(),
-    )
+fn inv_freq(base: f32, head_dim: usize) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
+        .collect()
 }
 
 impl DecoderModel {
@@ -452,13 +452,10 @@ impl DecoderModel {
         } else {
             None
         };
-        let global_freq = inv_freq(cfg.rope_base, hd);
-        let local_freq = inv_freq(GEMMA3_LOCAL_ROPE_BASE, hd);
         let family = cfg.family;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let p = format!("blk.{l}.");
-            let sliding = cfg.is_sliding(l);
             layers.push(Layer {
                 attn_norm: rd.vector(&format!("{p}attn_norm.weight"), d)?,
                 wq: rd.matrix(&format!("{p}attn_q.weight"), q, d)?,
@@ -494,15 +491,14 @@ impl DecoderModel {
                     Family::Gemma3 => Some(rd.vector(&format!("{p}post_ffw_norm.weight"), d)?),
                     _ => None,
                 },
-                inv_freq: if sliding {
-                    local_freq.clone()
-                } else {
-                    global_freq.clone()
-                },
-                window: if sliding { cfg.sliding_window } else { None },
+                sliding: cfg.is_sliding(l),
             });
         }
         let layers_n = cfg.layers;
+        let rope_global = inv_freq(cfg.rope_base, hd);
+        let rope_local = cfg
+            .sliding_window
+            .map(|_| inv_freq(GEMMA3_LOCAL_ROPE_BASE, hd));
         Ok(DecoderModel {
             w: Arc::new(DecoderWeights {
                 cfg,
@@ -510,6 +506,8 @@ impl DecoderModel {
                 layers,
                 norm,
                 output,
+                rope_global,
+                rope_local,
             }),
             k: vec![Vec::new(); layers_n],
             v: vec![Vec::new(); layers_n],
@@ -570,29 +568,9 @@ impl DecoderModel {
             let s = (d as f32).sqrt();
             x.iter_mut().for_each(|v| *v *= s);
         }
-        // RoPE angles of the new positions, per distinct frequency table.
-        let mut tables: Vec<RopeTable> = Vec::new();
-        let half = hd / 2;
-        for layer in &w.layers {
-            if tables.iter().any(|r| Arc::ptr_eq(&r.freq, &layer.inv_freq)) {
-                continue;
-            }
-            let mut cos = vec![0f32; t_n * half];
-            let mut sin = vec![0f32; t_n * half];
-            for t in 0..t_n {
-                let p = (pos + t) as f32;
-                for (i, f) in layer.inv_freq.iter().enumerate() {
-                    let a = p * f;
-                    cos[t * half + i] = a.cos();
-                    sin[t * half + i] = a.sin();
-                }
-            }
-            tables.push(RopeTable {
-                freq: layer.inv_freq.clone(),
-                cos,
-                sin,
-            });
-        }
+        // RoPE angles of the new positions.
+        let global = RopeTable::new(&w.rope_global, pos, t_n);
+        let local = w.rope_local.as_ref().map(|f| RopeTable::new(f, pos, t_n));
         let mut h = vec![0f32; t_n * d];
         let mut act = QAct::default();
         let (mut q, mut k, mut v) = (
@@ -625,13 +603,12 @@ impl DecoderModel {
                 rms_norm_in_place(&mut q, nq, cfg.eps);
                 rms_norm_in_place(&mut k, nk, cfg.eps);
             }
-            let table = tables
-                .iter()
-                .find(|r| Arc::ptr_eq(&r.freq, &layer.inv_freq))
-                .ok_or("internal: no rotary table for a layer")?;
-            let (cos, sin) = (&table.cos, &table.sin);
-            rope(&mut q, hd, cos, sin, neox);
-            rope(&mut k, hd, cos, sin, neox);
+            let (table, window) = match (&local, layer.sliding) {
+                (Some(local), true) => (local, cfg.sliding_window),
+                _ => (&global, None),
+            };
+            rope(&mut q, hd, &table.cos, &table.sin, neox);
+            rope(&mut k, hd, &table.cos, &table.sin, neox);
             let (kc, vc) = (&mut self.k[li], &mut self.v[li]);
             if kc.capacity() < total * kv {
                 let want = (total + 256) * kv;
@@ -640,7 +617,7 @@ impl DecoderModel {
             }
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            attention(cfg, &q, kc, vc, pos, t_n, layer.window, &mut attn);
+            attention(cfg, &q, kc, vc, pos, t_n, window, &mut attn);
             act.quantize(&attn, qd);
             kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
             if let Some(n) = &layer.post_attn_norm {
@@ -683,9 +660,26 @@ impl DecoderModel {
 
 /// Cosines and sines of one rotary frequency table at the positions of one forward pass.
 struct RopeTable {
-    freq: Arc<Vec<f32>>,
     cos: Vec<f32>,
     sin: Vec<f32>,
+}
+
+impl RopeTable {
+    /// The angles of `inv_freq` at positions `pos..pos + t_n`, `[t][i]`.
+    fn new(inv_freq: &[f32], pos: usize, t_n: usize) -> RopeTable {
+        let half = inv_freq.len();
+        let mut cos = vec![0f32; t_n * half];
+        let mut sin = vec![0f32; t_n * half];
+        for t in 0..t_n {
+            let p = (pos + t) as f32;
+            for (i, f) in inv_freq.iter().enumerate() {
+                let a = p * f;
+                cos[t * half + i] = a.cos();
+                sin[t * half + i] = a.sin();
+            }
+        }
+        RopeTable { cos, sin }
+    }
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
