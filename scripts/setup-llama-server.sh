@@ -4,11 +4,13 @@
 #
 # - Idempotent: a stamp in the venv records the version and interpreter; re-running when
 #   nothing changed takes a fraction of a second.
-# - pip reuses a wheel from its cache (~/.cache/pip, built by any interpreter) or from
-#   $LLAMA_WHEEL_DIR when one is there; otherwise it builds llama.cpp from the sdist. That build is CPU-only, for this
-#   CPU (-DGGML_NATIVE=ON), without llama.cpp's tests, examples, tools and server, on
-#   $CMAKE_BUILD_PARALLEL_LEVEL jobs (default: all cores). The wheel it builds lands in pip's
-#   cache, so later runs on the same machine install in seconds.
+# - The llama-cpp-python wheel comes from $LLAMA_WHEEL_DIR when one is there, else from a wheel
+#   this script built earlier for the same version and build flags (kept under
+#   ~/.cache/ferrograph/llama-wheels/VERSION-FLAVOR, usable by any interpreter), else it is
+#   built from the sdist: CPU-only, for this CPU (-DGGML_NATIVE=ON) but without AMX, without
+#   llama.cpp's tests, examples, tools and server, on $CMAKE_BUILD_PARALLEL_LEVEL jobs
+#   (default: all cores). pip's own cache is not used for it: it does not tell builds with
+#   different flags apart.
 # - Also fetches the SmolLM2 GGUF the test serves (scripts/fetch-models.sh) when missing.
 #
 # Usage: scripts/setup-llama-server.sh          (PYTHON=python3.12 to pick an interpreter)
@@ -33,7 +35,9 @@ no_amx=""
 if [[ "$(uname -m)" == x86_64 ]]; then
     no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
-want="llama-cpp-python[server]==$version $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') no-amx"
+flavor="native-no-amx"
+want="llama-cpp-python[server]==$version $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') $flavor"
+wheel_cache="${XDG_CACHE_HOME:-$HOME/.cache}/ferrograph/llama-wheels/$version-$flavor"
 
 if [[ "${FORCE:-0}" != 1 && -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "setup-llama-server: $venv is up to date" >&2
@@ -46,21 +50,21 @@ else
     if [[ -n "${LLAMA_WHEEL_DIR:-}" && -d "$LLAMA_WHEEL_DIR" ]]; then
         find_links=(--find-links "$LLAMA_WHEEL_DIR")
     fi
-    # A wheel built earlier on this machine (for any interpreter: it is py3-none) is reused;
-    # pip's own cache only matches the interpreter version that built it.
-    cached="$(find "${PIP_CACHE_DIR:-$HOME/.cache/pip}/wheels" -name "llama_cpp_python-$version-*.whl" 2>/dev/null | head -n 1 || true)"
-    if [[ -n "$cached" ]]; then
-        echo "setup-llama-server: reusing $cached" >&2
-        find_links+=(--find-links "$(dirname "$cached")")
-    fi
     export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'}"
     export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
-    echo "setup-llama-server: installing llama-cpp-python[server]==$version (a build from source takes minutes)" >&2
     start=$(date +%s)
-    # A different stamp means a different build: drop the old one so pip builds again.
+    if compgen -G "$wheel_cache/llama_cpp_python-$version-*.whl" >/dev/null; then
+        echo "setup-llama-server: reusing the wheel in $wheel_cache" >&2
+    else
+        echo "setup-llama-server: building llama-cpp-python $version (a build from source takes minutes)" >&2
+        mkdir -p "$wheel_cache"
+        "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+            --no-cache-dir "${find_links[@]}" -w "$wheel_cache" "llama-cpp-python==$version"
+    fi
+    # A different stamp means a different build: drop the installed one so pip installs this.
     "$venv/bin/python" -m pip uninstall --quiet --yes llama-cpp-python >/dev/null 2>&1 || true
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "${find_links[@]}" "llama-cpp-python[server]==$version"
+        --find-links "$wheel_cache" "llama-cpp-python[server]==$version"
     printf '%s\n' "$want" >"$stamp"
     echo "setup-llama-server: installed in $(( $(date +%s) - start )) s" >&2
 fi
