@@ -226,7 +226,7 @@ proptest! {
     #[test]
     fn kernels_match_the_reference(
         ty in 0..TYPES.len(),
-        rows in 1usize..7,
+        rows in 1usize..20,
         super_blocks in 1usize..3,
         t in 1usize..7,
         seed in any::<u64>(),
@@ -234,6 +234,40 @@ proptest! {
     ) {
         let cols = 256 * super_blocks;
         check(TYPES[ty], rows, cols, &xs[..t * cols], seed);
+    }
+}
+
+/// 4-bit and 8-bit matrices with a multiple of 8 rows are interleaved at load; every token
+/// count of a tile (1 to 4) and a remainder tile are covered, against the same references.
+#[test]
+fn interleaved_matrices_match_the_reference() {
+    let xs: Vec<f32> = (0..512 * 7)
+        .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 6.0)
+        .collect();
+    for (ty, rows) in [
+        (GgufType::Q4_0, 8),
+        (GgufType::Q4_1, 16),
+        (GgufType::Q4K, 24),
+        (GgufType::Q8_0, 8),
+        (GgufType::Q8_0, 32),
+    ] {
+        let w = QMatrix::from_gguf(
+            ty,
+            rows,
+            32 * 8,
+            &vec![0u8; ty.bytes_for(rows * 256).unwrap()],
+        )
+        .unwrap();
+        assert!(
+            matches!(
+                w.packed,
+                kernels::Packed::U4x8 { .. } | kernels::Packed::I8x8 { .. }
+            ),
+            "{ty:?} with {rows} rows should be interleaved"
+        );
+        for t in [1, 2, 3, 4, 7] {
+            check(ty, rows, 512, &xs[..t * 512], 17 + t as u64);
+        }
     }
 }
 

@@ -18,6 +18,14 @@
 //! four activation rows per weight row, so a weight block is unpacked once for four tokens
 //! during prefill.
 //!
+//! `U4` matrices whose row count is a multiple of 8 are stored interleaved instead
+//! ([`Packed::U4x8`]): the blocks of eight consecutive rows side by side, so that one 32-bit
+//! lane of a SIMD register holds four weights of one row. A kernel then multiplies eight rows
+//! by four broadcast activation bytes per instruction, sums in 16-bit lanes across the whole
+//! block, and applies the block scales to eight rows with one multiply-add: about a third of
+//! the instructions of the row-by-row kernel, for decode and prefill alike.
+//! `FERROGRAPH_INTERLEAVE=0` keeps the row-by-row layout (for comparisons).
+//!
 //! The only `unsafe` code of the crate lives in this module: SIMD intrinsics, the pool's
 //! lifetime erasure, and disjoint parallel writes of matrix product outputs.
 #![allow(unsafe_code)]
@@ -157,6 +165,30 @@ pub enum Packed {
         /// Scale per block.
         d: Vec<f32>,
         /// Quants.
+        q: Vec<i8>,
+    },
+    /// `U4` with the blocks of each group of eight rows interleaved (row count a multiple of
+    /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale and offset of
+    /// lane (row `8g + lane`) are `d[8 * gb + lane]`, `m[8 * gb + lane]`; the 128 nibble bytes
+    /// are four chunks of 32, chunk `c` holding bytes `4c..4c + 4` of the `U4` block of each
+    /// lane in turn (`q[128 * gb + 32 * c + 4 * lane + j]` is byte `4c + j` of that block).
+    U4x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Offset per row and block.
+        m: Vec<f32>,
+        /// Nibbles, interleaved.
+        q: Vec<u8>,
+    },
+    /// `I8` with the blocks of each group of eight rows interleaved (row count a multiple of
+    /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale of lane (row
+    /// `8g + lane`) is `d[8 * gb + lane]`; the 256 quant bytes are eight chunks of 32, chunk
+    /// `c` holding elements `4c..4c + 4` of each lane in turn (`q[256 * gb + 32 * c + 4 * lane
+    /// + j]` is element `4c + j`).
+    I8x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Quants, interleaved.
         q: Vec<i8>,
     },
     /// `d * s * q`, `q` in -32..=31, one `s` per 16 elements.
@@ -341,6 +373,15 @@ impl QMatrix {
                 return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
             }
         };
+        let packed = match packed {
+            Packed::U4 { d, m, q } if rows % 8 == 0 && interleave_enabled() => {
+                interleave_u4(rows, cols, &d, &m, &q)
+            }
+            Packed::I8 { d, q } if rows % 8 == 0 && interleave_enabled() => {
+                interleave_i8(rows, cols, &d, &q)
+            }
+            other => other,
+        };
         Ok(QMatrix {
             rows,
             cols,
@@ -352,8 +393,10 @@ impl QMatrix {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         match &self.packed {
-            Packed::U4 { d, m, q } | Packed::U8 { d, m, q } => (d.len() + m.len()) * 4 + q.len(),
-            Packed::I8 { d, q } => d.len() * 4 + q.len(),
+            Packed::U4 { d, m, q } | Packed::U4x8 { d, m, q } | Packed::U8 { d, m, q } => {
+                (d.len() + m.len()) * 4 + q.len()
+            }
+            Packed::I8 { d, q } | Packed::I8x8 { d, q } => d.len() * 4 + q.len(),
             Packed::I8S16 { d, s, q } => d.len() * 4 + s.len() * 2 + q.len(),
         }
     }
@@ -375,6 +418,15 @@ impl QMatrix {
                         o[i + 16] = d[blk] * (qs[i] >> 4) as f32 + m[blk];
                     }
                 }
+                Packed::U4x8 { d, m, q } => {
+                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
+                    let (db, mb) = (d[8 * gb + lane], m[8 * gb + lane]);
+                    for k in 0..16 {
+                        let byte = q[128 * gb + 32 * (k / 4) + 4 * lane + k % 4];
+                        o[k] = db * (byte & 0x0f) as f32 + mb;
+                        o[k + 16] = db * (byte >> 4) as f32 + mb;
+                    }
+                }
                 Packed::U8 { d, m, q } => {
                     for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
                         o[i] = d[blk] * *v as f32 + m[blk];
@@ -383,6 +435,13 @@ impl QMatrix {
                 Packed::I8 { d, q } => {
                     for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
                         o[i] = d[blk] * *v as f32;
+                    }
+                }
+                Packed::I8x8 { d, q } => {
+                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
+                    for (k, o) in o.iter_mut().enumerate() {
+                        *o =
+                            d[8 * gb + lane] * q[256 * gb + 32 * (k / 4) + 4 * lane + k % 4] as f32;
                     }
                 }
                 Packed::I8S16 { d, s, q } => {
@@ -394,6 +453,60 @@ impl QMatrix {
         }
         true
     }
+}
+
+/// Whether `U4` matrices are interleaved at load (`FERROGRAPH_INTERLEAVE=0` turns it off).
+fn interleave_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FERROGRAPH_INTERLEAVE").map_or(true, |v| v != "0"))
+}
+
+/// The [`Packed::U4x8`] form of a `U4` matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave_u4(rows: usize, cols: usize, d: &[f32], m: &[f32], q: &[u8]) -> Packed {
+    let nb = cols / QK;
+    let mut d8 = vec![0f32; rows * nb];
+    let mut m8 = vec![0f32; rows * nb];
+    let mut q8 = vec![0u8; rows * nb * 16];
+    for g in 0..rows / 8 {
+        for b in 0..nb {
+            let gb = g * nb + b;
+            for lane in 0..8 {
+                let src = (8 * g + lane) * nb + b;
+                d8[8 * gb + lane] = d[src];
+                m8[8 * gb + lane] = m[src];
+                for c in 0..4 {
+                    let at = 128 * gb + 32 * c + 4 * lane;
+                    q8[at..at + 4].copy_from_slice(&q[16 * src + 4 * c..16 * src + 4 * c + 4]);
+                }
+            }
+        }
+    }
+    Packed::U4x8 {
+        d: d8,
+        m: m8,
+        q: q8,
+    }
+}
+
+/// The [`Packed::I8x8`] form of an `I8` matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave_i8(rows: usize, cols: usize, d: &[f32], q: &[i8]) -> Packed {
+    let nb = cols / QK;
+    let mut d8 = vec![0f32; rows * nb];
+    let mut q8 = vec![0i8; rows * nb * QK];
+    for g in 0..rows / 8 {
+        for b in 0..nb {
+            let gb = g * nb + b;
+            for lane in 0..8 {
+                let src = (8 * g + lane) * nb + b;
+                d8[8 * gb + lane] = d[src];
+                for c in 0..8 {
+                    let at = 256 * gb + 32 * c + 4 * lane;
+                    q8[at..at + 4].copy_from_slice(&q[QK * src + 4 * c..QK * src + 4 * c + 4]);
+                }
+            }
+        }
+    }
+    Packed::I8x8 { d: d8, q: q8 }
 }
 
 /// Rows of activations quantized to 8-bit blocks of [`QK`].
@@ -504,6 +617,48 @@ fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f
     scalar::dot_tile(&w.packed, r, &xs, out);
 }
 
+/// Dot products of the eight rows of group `group` of an interleaved matrix with activation
+/// rows `t0..t0 + out.len() / 8` (at most 4), into `out` (`out[8 * t + lane]`).
+fn dot_tile_x8(isa: Isa, w: &QMatrix, group: usize, x: &QAct, t0: usize, out: &mut [f32]) {
+    let nb = w.cols / QK;
+    let nt = out.len() / 8;
+    let xs = Acts {
+        q: &x.q[t0 * w.cols..(t0 + nt) * w.cols],
+        d: &x.d[t0 * nb..(t0 + nt) * nb],
+        s: &x.s[t0 * nb..(t0 + nt) * nb],
+        nb,
+    };
+    let scales = 8 * group * nb..8 * (group + 1) * nb;
+    match &w.packed {
+        Packed::U4x8 { d, m, q } => {
+            let (d, m, q) = (
+                &d[scales.clone()],
+                &m[scales],
+                &q[128 * group * nb..128 * (group + 1) * nb],
+            );
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                // SAFETY: as in `dot_tile`.
+                unsafe { avx2::dot_u4x8(d, m, q, &xs, out) };
+                return;
+            }
+            scalar::dot_u4x8(d, m, q, &xs, out);
+        }
+        Packed::I8x8 { d, q } => {
+            let (d, q) = (&d[scales], &q[256 * group * nb..256 * (group + 1) * nb]);
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                // SAFETY: as in `dot_tile`.
+                unsafe { avx2::dot_i8x8(d, q, &xs, out) };
+                return;
+            }
+            scalar::dot_i8x8(d, q, &xs, out);
+        }
+        _ => {}
+    }
+    let _ = isa;
+}
+
 /// A tile of activation rows, sliced for one weight row's blocks.
 pub(crate) struct Acts<'a> {
     pub q: &'a [i8],
@@ -547,10 +702,36 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
             return;
         }
         let (lo, hi) = (total * tid / threads, total * (tid + 1) / threads);
-        let mut tile = [0f32; 4];
+        let mut tile = [0f32; 32];
         for &(w, out, start) in &outs {
             let (a, b) = (lo.max(start), hi.min(start + w.rows));
-            for global in a..b.max(a) {
+            if a >= b {
+                continue;
+            }
+            if matches!(w.packed, Packed::U4x8 { .. } | Packed::I8x8 { .. }) {
+                // Groups of eight rows, each taken by the thread whose range holds its first
+                // row: disjoint, and together every group.
+                let (first, end) = ((a - start).div_ceil(8), (b - start).div_ceil(8));
+                for g in first..end {
+                    let mut t0 = 0;
+                    while t0 < t {
+                        let nt = (t - t0).min(4);
+                        dot_tile_x8(isa, w, g, x, t0, &mut tile[..8 * nt]);
+                        for i in 0..nt {
+                            let idx = (t0 + i) * w.rows + 8 * g;
+                            assert!(idx + 8 <= out.1);
+                            for lane in 0..8 {
+                                // SAFETY: in bounds (checked); each (token, group) is written
+                                // by exactly one thread (see above).
+                                unsafe { *out.0.add(idx + lane) = tile[8 * i + lane] };
+                            }
+                        }
+                        t0 += nt;
+                    }
+                }
+                continue;
+            }
+            for global in a..b {
                 let r = global - start;
                 let mut t0 = 0;
                 while t0 < t {

@@ -22,6 +22,8 @@ pub(crate) fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32
                     }
                     acc += d[blk] * dx * s as f32 + m[blk] * x.s[xb];
                 }
+                // Interleaved matrices go through `dot_x8`.
+                Packed::U4x8 { .. } | Packed::I8x8 { .. } => {}
                 Packed::U8 { d, m, q } => {
                     let qs = &q[blk * QK..blk * QK + QK];
                     let s: i32 = qs.iter().zip(xq).map(|(a, b)| *a as i32 * *b as i32).sum();
@@ -48,5 +50,48 @@ pub(crate) fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32
             }
         }
         *o = acc;
+    }
+}
+
+/// Dot products of the eight interleaved rows of one [`Packed::U4x8`] group (`d`, `m`: 8 per
+/// block; `q`: 128 bytes per block) with each activation row of `x`, into `out[8 * t + lane]`.
+pub(crate) fn dot_u4x8(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+    let nb = x.nb;
+    for (t, row) in out.chunks_exact_mut(8).enumerate() {
+        for (lane, o) in row.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let xb = t * nb + b;
+                let xq = &x.q[xb * QK..xb * QK + QK];
+                let mut s = 0i32;
+                for k in 0..16 {
+                    let byte = q[128 * b + 32 * (k / 4) + 4 * lane + k % 4];
+                    s += (byte & 0x0f) as i32 * xq[k] as i32;
+                    s += (byte >> 4) as i32 * xq[k + 16] as i32;
+                }
+                acc += d[8 * b + lane] * x.d[xb] * s as f32 + m[8 * b + lane] * x.s[xb];
+            }
+            *o = acc;
+        }
+    }
+}
+
+/// Dot products of the eight interleaved rows of one [`Packed::I8x8`] group (`d`: 8 per
+/// block; `q`: 256 bytes per block) with each activation row of `x`, into `out[8 * t + lane]`.
+pub(crate) fn dot_i8x8(d: &[f32], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
+    let nb = x.nb;
+    for (t, row) in out.chunks_exact_mut(8).enumerate() {
+        for (lane, o) in row.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let xb = t * nb + b;
+                let xq = &x.q[xb * QK..xb * QK + QK];
+                let s: i32 = (0..QK)
+                    .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
+                    .sum();
+                acc += d[8 * b + lane] * x.d[xb] * s as f32;
+            }
+            *o = acc;
+        }
     }
 }
