@@ -180,6 +180,16 @@ pub enum Packed {
         /// Nibbles, interleaved.
         q: Vec<u8>,
     },
+    /// `U8` with eight rows interleaved as in [`Packed::I8x8`] (scales and offsets as in
+    /// [`Packed::U4x8`]).
+    U8x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Offset per row and block.
+        m: Vec<f32>,
+        /// Quants, interleaved.
+        q: Vec<u8>,
+    },
     /// `I8` with the blocks of each group of eight rows interleaved (row count a multiple of
     /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale of lane (row
     /// `8g + lane`) is `d[8 * gb + lane]`; the 256 quant bytes are eight chunks of 32, chunk
@@ -188,6 +198,17 @@ pub enum Packed {
     I8x8 {
         /// Scale per row and block.
         d: Vec<f32>,
+        /// Quants, interleaved.
+        q: Vec<i8>,
+    },
+    /// `I8S16` with eight rows interleaved as in [`Packed::I8x8`]. The sub-scales of lane
+    /// `lane`, half `h` of block `gb` are `s[32 * gb + 16 * h + 2 * lane]` and the element
+    /// after it (the same value twice, one 32-bit lane of 16-bit pairs).
+    I8S16x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Sub-scales, interleaved and doubled.
+        s: Vec<i16>,
         /// Quants, interleaved.
         q: Vec<i8>,
     },
@@ -380,6 +401,12 @@ impl QMatrix {
             Packed::I8 { d, q } if rows % 8 == 0 && interleave_enabled() => {
                 interleave_i8(rows, cols, &d, &q)
             }
+            Packed::U8 { d, m, q } if rows % 8 == 0 && interleave_enabled() => {
+                interleave_u8(rows, cols, &d, &m, &q)
+            }
+            Packed::I8S16 { d, s, q } if rows % 8 == 0 && interleave_enabled() => {
+                interleave_i8s16(rows, cols, &d, &s, &q)
+            }
             other => other,
         };
         Ok(QMatrix {
@@ -393,11 +420,14 @@ impl QMatrix {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         match &self.packed {
-            Packed::U4 { d, m, q } | Packed::U4x8 { d, m, q } | Packed::U8 { d, m, q } => {
-                (d.len() + m.len()) * 4 + q.len()
-            }
+            Packed::U4 { d, m, q }
+            | Packed::U4x8 { d, m, q }
+            | Packed::U8 { d, m, q }
+            | Packed::U8x8 { d, m, q } => (d.len() + m.len()) * 4 + q.len(),
             Packed::I8 { d, q } | Packed::I8x8 { d, q } => d.len() * 4 + q.len(),
-            Packed::I8S16 { d, s, q } => d.len() * 4 + s.len() * 2 + q.len(),
+            Packed::I8S16 { d, s, q } | Packed::I8S16x8 { d, s, q } => {
+                d.len() * 4 + s.len() * 2 + q.len()
+            }
         }
     }
 
@@ -435,6 +465,21 @@ impl QMatrix {
                 Packed::I8 { d, q } => {
                     for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
                         o[i] = d[blk] * *v as f32;
+                    }
+                }
+                Packed::U8x8 { d, m, q } => {
+                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
+                    for (k, o) in o.iter_mut().enumerate() {
+                        let v = q[256 * gb + 32 * (k / 4) + 4 * lane + k % 4] as f32;
+                        *o = d[8 * gb + lane] * v + m[8 * gb + lane];
+                    }
+                }
+                Packed::I8S16x8 { d, s, q } => {
+                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
+                    for (k, o) in o.iter_mut().enumerate() {
+                        let sub = s[32 * gb + 16 * (k / 16) + 2 * lane] as f32;
+                        let v = q[256 * gb + 32 * (k / 4) + 4 * lane + k % 4] as f32;
+                        *o = d[8 * gb + lane] * sub * v;
                     }
                 }
                 Packed::I8x8 { d, q } => {
@@ -490,15 +535,41 @@ fn interleave_u4(rows: usize, cols: usize, d: &[f32], m: &[f32], q: &[u8]) -> Pa
 
 /// The [`Packed::I8x8`] form of an `I8` matrix of `rows` (a multiple of 8) by `cols`.
 fn interleave_i8(rows: usize, cols: usize, d: &[f32], q: &[i8]) -> Packed {
+    let (d8, q8) = interleave_bytes(rows, cols, d, q);
+    Packed::I8x8 { d: d8, q: q8 }
+}
+
+/// The [`Packed::U8x8`] form of a `U8` matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave_u8(rows: usize, cols: usize, d: &[f32], m: &[f32], q: &[u8]) -> Packed {
+    let (d8, q8) = interleave_bytes(rows, cols, d, q);
+    let (m8, _) = interleave_bytes::<u8>(rows, cols, m, &[]);
+    Packed::U8x8 {
+        d: d8,
+        m: m8,
+        q: q8,
+    }
+}
+
+/// Per-block values `d` and one byte per element `q` (may be empty) of a `rows` by `cols`
+/// matrix, with eight rows interleaved as [`Packed::I8x8`] describes.
+fn interleave_bytes<T: Copy + Default>(
+    rows: usize,
+    cols: usize,
+    d: &[f32],
+    q: &[T],
+) -> (Vec<f32>, Vec<T>) {
     let nb = cols / QK;
     let mut d8 = vec![0f32; rows * nb];
-    let mut q8 = vec![0i8; rows * nb * QK];
+    let mut q8 = vec![T::default(); if q.is_empty() { 0 } else { rows * nb * QK }];
     for g in 0..rows / 8 {
         for b in 0..nb {
             let gb = g * nb + b;
             for lane in 0..8 {
                 let src = (8 * g + lane) * nb + b;
                 d8[8 * gb + lane] = d[src];
+                if q.is_empty() {
+                    continue;
+                }
                 for c in 0..8 {
                     let at = 256 * gb + 32 * c + 4 * lane;
                     q8[at..at + 4].copy_from_slice(&q[QK * src + 4 * c..QK * src + 4 * c + 4]);
@@ -506,7 +577,34 @@ fn interleave_i8(rows: usize, cols: usize, d: &[f32], q: &[i8]) -> Packed {
             }
         }
     }
-    Packed::I8x8 { d: d8, q: q8 }
+    (d8, q8)
+}
+
+/// The [`Packed::I8S16x8`] form of an `I8S16` matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave_i8s16(rows: usize, cols: usize, d: &[f32], s: &[i16], q: &[i8]) -> Packed {
+    let Packed::I8x8 { d: d8, q: q8 } = interleave_i8(rows, cols, d, q) else {
+        unreachable!("interleave_i8 returns I8x8")
+    };
+    let nb = cols / QK;
+    let mut s8 = vec![0i16; rows * nb * 4];
+    for g in 0..rows / 8 {
+        for b in 0..nb {
+            let gb = g * nb + b;
+            for lane in 0..8 {
+                let src = (8 * g + lane) * nb + b;
+                for h in 0..2 {
+                    let at = 32 * gb + 16 * h + 2 * lane;
+                    s8[at] = s[2 * src + h];
+                    s8[at + 1] = s[2 * src + h];
+                }
+            }
+        }
+    }
+    Packed::I8S16x8 {
+        d: d8,
+        s: s8,
+        q: q8,
+    }
 }
 
 /// Rows of activations quantized to 8-bit blocks of [`QK`].
@@ -654,6 +752,34 @@ fn dot_tile_x8(isa: Isa, w: &QMatrix, group: usize, x: &QAct, t0: usize, out: &m
             }
             scalar::dot_i8x8(d, q, &xs, out);
         }
+        Packed::U8x8 { d, m, q } => {
+            let (d, m, q) = (
+                &d[scales.clone()],
+                &m[scales],
+                &q[256 * group * nb..256 * (group + 1) * nb],
+            );
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                // SAFETY: as in `dot_tile`.
+                unsafe { avx2::dot_u8x8(d, m, q, &xs, out) };
+                return;
+            }
+            scalar::dot_u8x8(d, m, q, &xs, out);
+        }
+        Packed::I8S16x8 { d, s, q } => {
+            let (d, s, q) = (
+                &d[scales],
+                &s[32 * group * nb..32 * (group + 1) * nb],
+                &q[256 * group * nb..256 * (group + 1) * nb],
+            );
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                // SAFETY: as in `dot_tile`.
+                unsafe { avx2::dot_i8s16x8(d, s, q, &xs, out) };
+                return;
+            }
+            scalar::dot_i8s16x8(d, s, q, &xs, out);
+        }
         _ => {}
     }
     let _ = isa;
@@ -708,7 +834,13 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
             if a >= b {
                 continue;
             }
-            if matches!(w.packed, Packed::U4x8 { .. } | Packed::I8x8 { .. }) {
+            if matches!(
+                w.packed,
+                Packed::U4x8 { .. }
+                    | Packed::U8x8 { .. }
+                    | Packed::I8x8 { .. }
+                    | Packed::I8S16x8 { .. }
+            ) {
                 // Groups of eight rows, each taken by the thread whose range holds its first
                 // row: disjoint, and together every group.
                 let (first, end) = ((a - start).div_ceil(8), (b - start).div_ceil(8));

@@ -23,7 +23,10 @@ pub(crate) fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32
                     acc += d[blk] * dx * s as f32 + m[blk] * x.s[xb];
                 }
                 // Interleaved matrices go through `dot_x8`.
-                Packed::U4x8 { .. } | Packed::I8x8 { .. } => {}
+                Packed::U4x8 { .. }
+                | Packed::U8x8 { .. }
+                | Packed::I8x8 { .. }
+                | Packed::I8S16x8 { .. } => {}
                 Packed::U8 { d, m, q } => {
                     let qs = &q[blk * QK..blk * QK + QK];
                     let s: i32 = qs.iter().zip(xq).map(|(a, b)| *a as i32 * *b as i32).sum();
@@ -90,6 +93,50 @@ pub(crate) fn dot_i8x8(d: &[f32], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
                     .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
                     .sum();
                 acc += d[8 * b + lane] * x.d[xb] * s as f32;
+            }
+            *o = acc;
+        }
+    }
+}
+
+/// Dot products of the eight interleaved rows of one [`Packed::I8S16x8`] group with each
+/// activation row of `x`, into `out[8 * t + lane]`.
+pub(crate) fn dot_i8s16x8(d: &[f32], s: &[i16], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
+    let nb = x.nb;
+    for (t, row) in out.chunks_exact_mut(8).enumerate() {
+        for (lane, o) in row.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let xb = t * nb + b;
+                let xq = &x.q[xb * QK..xb * QK + QK];
+                let mut sum = 0i32;
+                for h in 0..2 {
+                    let part: i32 = (16 * h..16 * h + 16)
+                        .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
+                        .sum();
+                    sum += part * s[32 * b + 16 * h + 2 * lane] as i32;
+                }
+                acc += d[8 * b + lane] * x.d[xb] * sum as f32;
+            }
+            *o = acc;
+        }
+    }
+}
+
+/// Dot products of the eight interleaved rows of one [`Packed::U8x8`] group with each
+/// activation row of `x`, into `out[8 * t + lane]`.
+pub(crate) fn dot_u8x8(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+    let nb = x.nb;
+    for (t, row) in out.chunks_exact_mut(8).enumerate() {
+        for (lane, o) in row.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let xb = t * nb + b;
+                let xq = &x.q[xb * QK..xb * QK + QK];
+                let s: i32 = (0..QK)
+                    .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
+                    .sum();
+                acc += d[8 * b + lane] * x.d[xb] * s as f32 + m[8 * b + lane] * x.s[xb];
             }
             *o = acc;
         }
