@@ -396,16 +396,16 @@ impl QMatrix {
         };
         let packed = match packed {
             Packed::U4 { d, m, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_u4(rows, cols, &d, &m, &q)
+                interleave_u4(rows, cols, d, m, q)
             }
             Packed::I8 { d, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_i8(rows, cols, &d, &q)
+                interleave_i8(rows, cols, d, q)
             }
             Packed::U8 { d, m, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_u8(rows, cols, &d, &m, &q)
+                interleave_u8(rows, cols, d, m, q)
             }
             Packed::I8S16 { d, s, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_i8s16(rows, cols, &d, &s, &q)
+                interleave_i8s16(rows, cols, d, s, q)
             }
             other => other,
         };
@@ -506,86 +506,78 @@ fn interleave_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("FERROGRAPH_INTERLEAVE").map_or(true, |v| v != "0"))
 }
 
-/// The [`Packed::U4x8`] form of a `U4` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_u4(rows: usize, cols: usize, d: &[f32], m: &[f32], q: &[u8]) -> Packed {
-    let nb = cols / QK;
-    let mut d8 = vec![0f32; rows * nb];
-    let mut m8 = vec![0f32; rows * nb];
-    let mut q8 = vec![0u8; rows * nb * 16];
+/// Reorders `v`, a `rows` (a multiple of 8) by `nb` blocks matrix with `per` values per
+/// block, from row order to the interleaved order of [`Packed::U4x8`] and its siblings: per
+/// group of eight rows and block, `chunk` values of each row in turn. Each group occupies the
+/// same range in both orders, so this works in place with one group of scratch.
+fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize, chunk: usize) {
+    let group_len = 8 * nb * per;
+    let mut scratch: Vec<T> = Vec::with_capacity(group_len);
     for g in 0..rows / 8 {
-        for b in 0..nb {
-            let gb = g * nb + b;
-            for lane in 0..8 {
-                let src = (8 * g + lane) * nb + b;
-                d8[8 * gb + lane] = d[src];
-                m8[8 * gb + lane] = m[src];
-                for c in 0..4 {
-                    let at = 128 * gb + 32 * c + 4 * lane;
-                    q8[at..at + 4].copy_from_slice(&q[16 * src + 4 * c..16 * src + 4 * c + 4]);
+        let region = &mut v[g * group_len..(g + 1) * group_len];
+        scratch.clear();
+        scratch.extend_from_slice(region);
+        for lane in 0..8 {
+            for b in 0..nb {
+                let src = (lane * nb + b) * per;
+                let dst = b * 8 * per + lane * chunk;
+                for k in 0..per {
+                    region[dst + (k / chunk) * 8 * chunk + k % chunk] = scratch[src + k];
                 }
             }
         }
     }
-    Packed::U4x8 {
-        d: d8,
-        m: m8,
-        q: q8,
-    }
+}
+
+/// The [`Packed::U4x8`] form of a `U4` matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave_u4(
+    rows: usize,
+    cols: usize,
+    mut d: Vec<f32>,
+    mut m: Vec<f32>,
+    mut q: Vec<u8>,
+) -> Packed {
+    let nb = cols / QK;
+    interleave_in_place(&mut d, rows, nb, 1, 1);
+    interleave_in_place(&mut m, rows, nb, 1, 1);
+    interleave_in_place(&mut q, rows, nb, 16, 4);
+    Packed::U4x8 { d, m, q }
 }
 
 /// The [`Packed::I8x8`] form of an `I8` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_i8(rows: usize, cols: usize, d: &[f32], q: &[i8]) -> Packed {
-    let (d8, q8) = interleave_bytes(rows, cols, d, q);
-    Packed::I8x8 { d: d8, q: q8 }
+fn interleave_i8(rows: usize, cols: usize, mut d: Vec<f32>, mut q: Vec<i8>) -> Packed {
+    let nb = cols / QK;
+    interleave_in_place(&mut d, rows, nb, 1, 1);
+    interleave_in_place(&mut q, rows, nb, QK, 4);
+    Packed::I8x8 { d, q }
 }
 
 /// The [`Packed::U8x8`] form of a `U8` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_u8(rows: usize, cols: usize, d: &[f32], m: &[f32], q: &[u8]) -> Packed {
-    let (d8, q8) = interleave_bytes(rows, cols, d, q);
-    let (m8, _) = interleave_bytes::<u8>(rows, cols, m, &[]);
-    Packed::U8x8 {
-        d: d8,
-        m: m8,
-        q: q8,
-    }
-}
-
-/// Per-block values `d` and one byte per element `q` (may be empty) of a `rows` by `cols`
-/// matrix, with eight rows interleaved as [`Packed::I8x8`] describes.
-fn interleave_bytes<T: Copy + Default>(
+fn interleave_u8(
     rows: usize,
     cols: usize,
-    d: &[f32],
-    q: &[T],
-) -> (Vec<f32>, Vec<T>) {
+    mut d: Vec<f32>,
+    mut m: Vec<f32>,
+    mut q: Vec<u8>,
+) -> Packed {
     let nb = cols / QK;
-    let mut d8 = vec![0f32; rows * nb];
-    let mut q8 = vec![T::default(); if q.is_empty() { 0 } else { rows * nb * QK }];
-    for g in 0..rows / 8 {
-        for b in 0..nb {
-            let gb = g * nb + b;
-            for lane in 0..8 {
-                let src = (8 * g + lane) * nb + b;
-                d8[8 * gb + lane] = d[src];
-                if q.is_empty() {
-                    continue;
-                }
-                for c in 0..8 {
-                    let at = 256 * gb + 32 * c + 4 * lane;
-                    q8[at..at + 4].copy_from_slice(&q[QK * src + 4 * c..QK * src + 4 * c + 4]);
-                }
-            }
-        }
-    }
-    (d8, q8)
+    interleave_in_place(&mut d, rows, nb, 1, 1);
+    interleave_in_place(&mut m, rows, nb, 1, 1);
+    interleave_in_place(&mut q, rows, nb, QK, 4);
+    Packed::U8x8 { d, m, q }
 }
 
 /// The [`Packed::I8S16x8`] form of an `I8S16` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_i8s16(rows: usize, cols: usize, d: &[f32], s: &[i16], q: &[i8]) -> Packed {
-    let Packed::I8x8 { d: d8, q: q8 } = interleave_i8(rows, cols, d, q) else {
-        unreachable!("interleave_i8 returns I8x8")
-    };
+fn interleave_i8s16(
+    rows: usize,
+    cols: usize,
+    mut d: Vec<f32>,
+    s: Vec<i16>,
+    mut q: Vec<i8>,
+) -> Packed {
     let nb = cols / QK;
+    interleave_in_place(&mut d, rows, nb, 1, 1);
+    interleave_in_place(&mut q, rows, nb, QK, 4);
     let mut s8 = vec![0i16; rows * nb * 4];
     for g in 0..rows / 8 {
         for b in 0..nb {
@@ -600,11 +592,7 @@ fn interleave_i8s16(rows: usize, cols: usize, d: &[f32], s: &[i16], q: &[i8]) ->
             }
         }
     }
-    Packed::I8S16x8 {
-        d: d8,
-        s: s8,
-        q: q8,
-    }
+    Packed::I8S16x8 { d, s: s8, q }
 }
 
 /// Rows of activations quantized to 8-bit blocks of [`QK`].
