@@ -48,7 +48,7 @@ const PROMPT: &str = "Invoices are built from line items. Each line has a quanti
 const FLOAT_TOLERANCE: f32 = 2e-2;
 const FLOAT_MARGIN: f32 = 4e-2;
 /// 8-bit weights: both engines also quantize activations to 8 bits, rounding and summing in
-/// different orders. Measured worst: 0.29-0.32 (llama, qwen2, qwen3) and 0.76 (gemma3, whose
+/// different orders. Measured worst: 0.29-0.32 (llama, qwen2, qwen3) and 0.81 (gemma3, whose
 /// logits are larger).
 const QUANT_TOLERANCE: f32 = 1.5;
 const QUANT_MARGIN: f32 = 1.0;
@@ -522,7 +522,7 @@ fn gemma3_270m_on_our_kernels_matches_llama_cpp() {
     let ours = engine.teacher_forced_logits(&prompt, &tokens).unwrap();
     // Both quantize activations before the quantized products, in different block sizes
     // (llama.cpp: 256 for k-quants, ours: 32), and llama.cpp's GELU reads a half-precision
-    // table, so logits differ by more than on float weights. Measured: at most 1.53 on logits
+    // table, so logits differ by more than on float weights. Measured: at most 1.63 on logits
     // up to 24, every one of the 25 greedy choices equal.
     compare("gemma3 270M Q4_K_M", &ours, &expected, 2.5, QUANT_MARGIN);
     let generated = engine.shared().decode(&tokens, true).unwrap();
