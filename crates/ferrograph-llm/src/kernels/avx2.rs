@@ -4,9 +4,34 @@
 // at once; iterator rewrites would obscure the SIMD kernels.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Acts, Packed, QK};
+use super::{Acts, GroupQuants, Interleaved, Packed, QK};
 use std::arch::x86_64::*;
 use std::ops::Range;
+
+/// `$call` with the constant `$nt` set to `$n` (1 to 4; more is 4): tile kernels are
+/// instantiated per token count.
+macro_rules! by_tokens {
+    ($n:expr, $nt:ident => $call:expr) => {
+        match $n {
+            1 => {
+                const $nt: usize = 1;
+                $call
+            }
+            2 => {
+                const $nt: usize = 2;
+                $call
+            }
+            3 => {
+                const $nt: usize = 3;
+                $call
+            }
+            _ => {
+                const $nt: usize = 4;
+                $call
+            }
+        }
+    };
+}
 
 /// Dot products of the weight blocks `r` with each activation row of `x` (1 to 4), into
 /// `out`.
@@ -15,12 +40,7 @@ use std::ops::Range;
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
-    match out.len() {
-        1 => tile::<1>(w, r, x, out),
-        2 => tile::<2>(w, r, x, out),
-        3 => tile::<3>(w, r, x, out),
-        _ => tile::<4>(w, r, x, out),
-    }
+    by_tokens!(out.len(), NT => tile::<NT>(w, r, x, out))
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -128,30 +148,96 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
     }
 }
 
-/// Dot products of the eight interleaved rows of one [`Packed::U4x8`] group (`d`, `m`: 8 per
-/// block; `q`: 128 bytes per block) with each activation row of `x` (1 to 4), into
-/// `out[8 * t + lane]`.
+/// Dot products of the eight interleaved rows of `g` with each activation row of `x` (1 to
+/// 4), into `out[8 * t + lane]`. Each layout has its own entry point, kept out of line: with
+/// every tile inlined into one function (as `-C target-cpu=native` allows) decode ran about 6%
+/// slower.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
+pub(crate) unsafe fn dot_x8(g: &Interleaved<'_>, x: &Acts<'_>, out: &mut [f32]) {
+    match g.q {
+        GroupQuants::Nibbles(q) => dot_u4x8(g, q, x, out),
+        GroupQuants::Unsigned(q) => dot_bytes_x8::<false, 4>(g, q, x, out),
+        GroupQuants::Signed(q) => {
+            // SAFETY: `i8` and `u8` have the same size and alignment; the kernel reads the
+            // bytes through SIMD loads and treats them as signed.
+            let q = std::slice::from_raw_parts(q.as_ptr() as *const u8, q.len());
+            if g.s.is_some() {
+                dot_bytes_x8::<true, 4>(g, q, x, out)
+            } else {
+                dot_bytes_x8::<true, 1>(g, q, x, out)
+            }
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn dot_u4x8(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
-    match out.len() / 8 {
-        1 => tile_x8::<1>(d, m, q, x, out),
-        2 => tile_x8::<2>(d, m, q, x, out),
-        3 => tile_x8::<3>(d, m, q, x, out),
-        _ => tile_x8::<4>(d, m, q, x, out),
+#[inline(never)]
+unsafe fn dot_u4x8(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+    by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, x, out))
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn dot_bytes_x8<const SIGNED: bool, const RUN: usize>(
+    g: &Interleaved<'_>,
+    q: &[u8],
+    x: &Acts<'_>,
+    out: &mut [f32],
+) {
+    by_tokens!(out.len() / 8, NT => tile_bytes_x8::<NT, SIGNED, RUN>(g, q, x, out))
+}
+
+/// The lengths every `*_x8` kernel relies on.
+#[inline]
+fn check_x8(
+    g: &Interleaved<'_>,
+    q_per_block: usize,
+    q: &[u8],
+    x: &Acts<'_>,
+    out: &[f32],
+    nt: usize,
+) {
+    let nb = x.nb;
+    assert!(g.d.len() == 8 * nb && q.len() == q_per_block * nb);
+    assert!(g.m.is_none_or(|m| m.len() == 8 * nb) && g.s.is_none_or(|s| s.len() == 32 * nb));
+    assert!(out.len() >= 8 * nt);
+    assert!(x.q.len() >= nt * nb * QK && x.d.len() >= nt * nb && x.s.len() >= nt * nb);
+}
+
+/// Adds the block's scaled sums (and offsets, when the group has them) of every token to
+/// `acc`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn scale_block<const NT: usize>(
+    g: &Interleaved<'_>,
+    b: usize,
+    isum: &[__m256i; NT],
+    x: &Acts<'_>,
+    acc: &mut [__m256; NT],
+) {
+    let nb = x.nb;
+    // SAFETY (reads): `d` and `m` hold 8 values per block (checked by `check_x8`).
+    let dv = _mm256_loadu_ps(g.d.as_ptr().add(8 * b));
+    for t in 0..NT {
+        let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
+    }
+    if let Some(m) = g.m {
+        let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
+        for t in 0..NT {
+            acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(t * nb + b)), acc[t]);
+        }
     }
 }
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn tile_x8<const NT: usize>(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+unsafe fn tile_u4x8<const NT: usize>(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
     let nb = x.nb;
     // Every pointer access below is within these bounds.
-    assert!(d.len() == 8 * nb && m.len() == 8 * nb && q.len() == 128 * nb);
-    assert!(out.len() >= 8 * NT);
-    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb && x.s.len() >= NT * nb);
+    check_x8(g, 128, q, x, out, NT);
     let m4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NT];
@@ -162,7 +248,7 @@ unsafe fn tile_x8<const NT: usize>(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>,
         let mut isum = [_mm256_setzero_si256(); NT];
         for c in 0..4 {
             // SAFETY (reads): `q` holds 128 bytes per block, activations `QK` bytes per
-            // block and token (asserted above); unaligned loads accept any address.
+            // block and token (checked above); unaligned loads accept any address.
             let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
             let lo = _mm256_and_si256(raw, m4);
             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -175,202 +261,70 @@ unsafe fn tile_x8<const NT: usize>(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>,
                 isum[t] = _mm256_add_epi16(isum[t], p);
             }
         }
-        let dv = _mm256_loadu_ps(d.as_ptr().add(8 * b));
-        let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
-        for t in 0..NT {
-            let xb = t * nb + b;
-            let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(isum[t], ones));
-            let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(xb)));
-            acc[t] = _mm256_fmadd_ps(p, sc, acc[t]);
-            acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(xb)), acc[t]);
+        for v in isum.iter_mut() {
+            *v = _mm256_madd_epi16(*v, ones);
         }
+        scale_block(g, b, &isum, x, &mut acc);
     }
     for t in 0..NT {
         _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
     }
 }
 
-/// Dot products of the eight interleaved rows of one [`Packed::I8x8`] group (`d`: 8 per
-/// block; `q`: 256 bytes per block) with each activation row of `x` (1 to 4), into
-/// `out[8 * t + lane]`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn dot_i8x8(d: &[f32], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
-    match out.len() / 8 {
-        1 => tile_i8x8::<1>(d, q, x, out),
-        2 => tile_i8x8::<2>(d, q, x, out),
-        3 => tile_i8x8::<3>(d, q, x, out),
-        _ => tile_i8x8::<4>(d, q, x, out),
-    }
-}
-
+/// The byte layouts (`U8x8`, `I8x8`, `I8S16x8`). `SIGNED` quants go through `maddubs` as |w|
+/// times y with w's sign. `RUN` groups of four bytes are summed in 16-bit lanes before
+/// widening: 4 when a pair of products stays below 2^13 (quants up to 31 unsigned or 32 in
+/// magnitude, so four pairs fit 16 bits), 1 for full 8-bit quants (a pair reaches
+/// 2 * 128 * 127). Runs of 4 are the block's halves, which is where `I8S16x8`'s sub-scales
+/// apply (as the `madd` multipliers).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn tile_i8x8<const NT: usize>(d: &[f32], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
-    let nb = x.nb;
-    // Every pointer access below is within these bounds.
-    assert!(d.len() == 8 * nb && q.len() == 256 * nb);
-    assert!(out.len() >= 8 * NT);
-    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); NT];
-    let xq = x.q.as_ptr();
-    for b in 0..nb {
-        let mut isum = [_mm256_setzero_si256(); NT];
-        for c in 0..8 {
-            // SAFETY (reads): `q` holds 256 bytes per block, activations `QK` bytes per
-            // block and token (asserted above); unaligned loads accept any address.
-            let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
-            // |w| times y with w's sign: unsigned by signed, as `maddubs` needs. A pair of
-            // products is at most 2 * 128 * 127, which fits 16 bits.
-            let aw = _mm256_sign_epi8(wv, wv);
-            for t in 0..NT {
-                let y = xq.add((t * nb + b) * QK + 4 * c);
-                let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
-                let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(yv, wv));
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
-            }
-        }
-        let dv = _mm256_loadu_ps(d.as_ptr().add(8 * b));
-        for t in 0..NT {
-            let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
-        }
-    }
-    for t in 0..NT {
-        _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
-    }
-}
-
-/// Dot products of the eight interleaved rows of one [`Packed::I8S16x8`] group (`d`: 8 per
-/// block; `s`: 32 per block; `q`: 256 bytes per block) with each activation row of `x` (1 to
-/// 4), into `out[8 * t + lane]`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn dot_i8s16x8(d: &[f32], s: &[i16], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
-    match out.len() / 8 {
-        1 => tile_i8s16x8::<1>(d, s, q, x, out),
-        2 => tile_i8s16x8::<2>(d, s, q, x, out),
-        3 => tile_i8s16x8::<3>(d, s, q, x, out),
-        _ => tile_i8s16x8::<4>(d, s, q, x, out),
-    }
-}
-
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn tile_i8s16x8<const NT: usize>(
-    d: &[f32],
-    s: &[i16],
-    q: &[i8],
-    x: &Acts<'_>,
-    out: &mut [f32],
-) {
-    let nb = x.nb;
-    // Every pointer access below is within these bounds.
-    assert!(d.len() == 8 * nb && s.len() == 32 * nb && q.len() == 256 * nb);
-    assert!(out.len() >= 8 * NT);
-    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb);
-    let mut acc = [_mm256_setzero_ps(); NT];
-    let xq = x.q.as_ptr();
-    for b in 0..nb {
-        let mut isum = [_mm256_setzero_si256(); NT];
-        for h in 0..2 {
-            // Per token, the eight rows' half-block sums in 16-bit pairs: |q| <= 32, so a pair
-            // is at most 2 * 32 * 127 and four of them stay below 2^15.
-            let mut half = [_mm256_setzero_si256(); NT];
-            for c in 4 * h..4 * h + 4 {
-                // SAFETY (reads): `q` holds 256 bytes per block, activations `QK` bytes per
-                // block and token (asserted above); unaligned loads accept any address.
-                let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
-                let aw = _mm256_sign_epi8(wv, wv);
-                for t in 0..NT {
-                    let y = xq.add((t * nb + b) * QK + 4 * c);
-                    let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
-                    let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(yv, wv));
-                    half[t] = _mm256_add_epi16(half[t], p);
-                }
-            }
-            let sv = _mm256_loadu_si256(s.as_ptr().add(32 * b + 16 * h) as *const __m256i);
-            for t in 0..NT {
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(half[t], sv));
-            }
-        }
-        let dv = _mm256_loadu_ps(d.as_ptr().add(8 * b));
-        for t in 0..NT {
-            let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
-        }
-    }
-    for t in 0..NT {
-        _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
-    }
-}
-
-/// Dot products of the eight interleaved rows of one [`Packed::U8x8`] group (`d`, `m`: 8 per
-/// block; `q`: 256 bytes per block) with each activation row of `x` (1 to 4), into
-/// `out[8 * t + lane]`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn dot_u8x8(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
-    match out.len() / 8 {
-        1 => tile_u8x8::<1>(d, m, q, x, out),
-        2 => tile_u8x8::<2>(d, m, q, x, out),
-        3 => tile_u8x8::<3>(d, m, q, x, out),
-        _ => tile_u8x8::<4>(d, m, q, x, out),
-    }
-}
-
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn tile_u8x8<const NT: usize>(
-    d: &[f32],
-    m: &[f32],
+unsafe fn tile_bytes_x8<const NT: usize, const SIGNED: bool, const RUN: usize>(
+    g: &Interleaved<'_>,
     q: &[u8],
     x: &Acts<'_>,
     out: &mut [f32],
 ) {
     let nb = x.nb;
     // Every pointer access below is within these bounds.
-    assert!(d.len() == 8 * nb && m.len() == 8 * nb && q.len() == 256 * nb);
-    assert!(out.len() >= 8 * NT);
-    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb && x.s.len() >= NT * nb);
+    check_x8(g, 256, q, x, out, NT);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NT];
     let xq = x.q.as_ptr();
+    // Sub-scales apply per half: signed quants in runs of 4 are `I8S16x8`'s (a constant,
+    // so the unsigned and 8-bit kernels carry no test for them).
+    let subs = if SIGNED && RUN == 4 { g.s } else { None };
     for b in 0..nb {
         let mut isum = [_mm256_setzero_si256(); NT];
-        for h in 0..2 {
-            // Quants are at most 31: a pair of products is at most 2 * 31 * 127 and four of
-            // them stay below 2^15.
-            let mut half = [_mm256_setzero_si256(); NT];
-            for c in 4 * h..4 * h + 4 {
+        for run in 0..8 / RUN {
+            let mut part = [_mm256_setzero_si256(); NT];
+            for c in RUN * run..RUN * (run + 1) {
                 // SAFETY (reads): `q` holds 256 bytes per block, activations `QK` bytes per
-                // block and token (asserted above); unaligned loads accept any address.
+                // block and token (checked above); unaligned loads accept any address.
                 let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
+                let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
                 for t in 0..NT {
                     let y = xq.add((t * nb + b) * QK + 4 * c);
                     let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
-                    half[t] = _mm256_add_epi16(half[t], _mm256_maddubs_epi16(wv, yv));
+                    let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
+                    let p = _mm256_maddubs_epi16(aw, yv);
+                    part[t] = if RUN == 1 {
+                        p
+                    } else {
+                        _mm256_add_epi16(part[t], p)
+                    };
                 }
             }
+            let mul = match subs {
+                // SAFETY (read): 32 sub-scales per block (checked above); `run` is the half.
+                Some(s) => _mm256_loadu_si256(s.as_ptr().add(32 * b + 16 * run) as *const __m256i),
+                None => ones,
+            };
             for t in 0..NT {
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(half[t], ones));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(part[t], mul));
             }
         }
-        let dv = _mm256_loadu_ps(d.as_ptr().add(8 * b));
-        let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
-        for t in 0..NT {
-            let xb = t * nb + b;
-            let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(xb)));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
-            acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(xb)), acc[t]);
-        }
+        scale_block(g, b, &isum, x, &mut acc);
     }
     for t in 0..NT {
         _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);

@@ -18,12 +18,13 @@
 //! four activation rows per weight row, so a weight block is unpacked once for four tokens
 //! during prefill.
 //!
-//! `U4` matrices whose row count is a multiple of 8 are stored interleaved instead
-//! ([`Packed::U4x8`]): the blocks of eight consecutive rows side by side, so that one 32-bit
-//! lane of a SIMD register holds four weights of one row. A kernel then multiplies eight rows
-//! by four broadcast activation bytes per instruction, sums in 16-bit lanes across the whole
-//! block, and applies the block scales to eight rows with one multiply-add: about a third of
-//! the instructions of the row-by-row kernel, for decode and prefill alike.
+//! Matrices whose row count is a multiple of 8 are stored interleaved instead
+//! ([`Packed::U4x8`] and its siblings): the blocks of eight consecutive rows side by side, so
+//! that one 32-bit lane of a SIMD register holds four weights of one row. A kernel then
+//! multiplies eight rows by four broadcast activation bytes per instruction, sums in 16-bit
+//! lanes where the bounds allow, and applies the block scales to eight rows with one
+//! multiply-add: about a third of the instructions of the row-by-row kernel, for decode and
+//! prefill alike.
 //! `FERROGRAPH_INTERLEAVE=0` keeps the row-by-row layout (for comparisons).
 //!
 //! The only `unsafe` code of the crate lives in this module: SIMD intrinsics, the pool's
@@ -394,20 +395,10 @@ impl QMatrix {
                 return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
             }
         };
-        let packed = match packed {
-            Packed::U4 { d, m, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_u4(rows, cols, d, m, q)
-            }
-            Packed::I8 { d, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_i8(rows, cols, d, q)
-            }
-            Packed::U8 { d, m, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_u8(rows, cols, d, m, q)
-            }
-            Packed::I8S16 { d, s, q } if rows % 8 == 0 && interleave_enabled() => {
-                interleave_i8s16(rows, cols, d, s, q)
-            }
-            other => other,
+        let packed = if rows % 8 == 0 && interleave_enabled() {
+            interleave(packed, rows, cols)
+        } else {
+            packed
         };
         Ok(QMatrix {
             rows,
@@ -437,6 +428,20 @@ impl QMatrix {
             return false;
         }
         let nb = self.cols / QK;
+        if let Some(all) = self.interleaved() {
+            let g = all.group(row / 8, nb);
+            let lane = row % 8;
+            for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                let db = g.d[8 * b + lane];
+                let mb = g.m.map_or(0.0, |m| m[8 * b + lane]);
+                for (k, o) in o.iter_mut().enumerate() {
+                    let sub =
+                        g.s.map_or(1.0, |s| s[32 * b + 16 * (k / 16) + 2 * lane] as f32);
+                    *o = db * sub * g.q.value(b, lane, k) as f32 + mb;
+                }
+            }
+            return true;
+        }
         let b0 = row * nb;
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
             let blk = b0 + b;
@@ -446,15 +451,6 @@ impl QMatrix {
                     for i in 0..16 {
                         o[i] = d[blk] * (qs[i] & 0x0f) as f32 + m[blk];
                         o[i + 16] = d[blk] * (qs[i] >> 4) as f32 + m[blk];
-                    }
-                }
-                Packed::U4x8 { d, m, q } => {
-                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
-                    let (db, mb) = (d[8 * gb + lane], m[8 * gb + lane]);
-                    for k in 0..16 {
-                        let byte = q[128 * gb + 32 * (k / 4) + 4 * lane + k % 4];
-                        o[k] = db * (byte & 0x0f) as f32 + mb;
-                        o[k + 16] = db * (byte >> 4) as f32 + mb;
                     }
                 }
                 Packed::U8 { d, m, q } => {
@@ -467,40 +463,106 @@ impl QMatrix {
                         o[i] = d[blk] * *v as f32;
                     }
                 }
-                Packed::U8x8 { d, m, q } => {
-                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
-                    for (k, o) in o.iter_mut().enumerate() {
-                        let v = q[256 * gb + 32 * (k / 4) + 4 * lane + k % 4] as f32;
-                        *o = d[8 * gb + lane] * v + m[8 * gb + lane];
-                    }
-                }
-                Packed::I8S16x8 { d, s, q } => {
-                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
-                    for (k, o) in o.iter_mut().enumerate() {
-                        let sub = s[32 * gb + 16 * (k / 16) + 2 * lane] as f32;
-                        let v = q[256 * gb + 32 * (k / 4) + 4 * lane + k % 4] as f32;
-                        *o = d[8 * gb + lane] * sub * v;
-                    }
-                }
-                Packed::I8x8 { d, q } => {
-                    let (lane, gb) = (row % 8, (row / 8) * nb + b);
-                    for (k, o) in o.iter_mut().enumerate() {
-                        *o =
-                            d[8 * gb + lane] * q[256 * gb + 32 * (k / 4) + 4 * lane + k % 4] as f32;
-                    }
-                }
                 Packed::I8S16 { d, s, q } => {
                     for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
                         o[i] = d[blk] * s[blk * 2 + i / 16] as f32 * *v as f32;
                     }
                 }
+                // Read through `interleaved` above.
+                Packed::U4x8 { .. }
+                | Packed::U8x8 { .. }
+                | Packed::I8x8 { .. }
+                | Packed::I8S16x8 { .. } => {}
             }
         }
         true
     }
+
+    /// The arrays of an interleaved matrix; `None` for the row-by-row layouts.
+    pub(crate) fn interleaved(&self) -> Option<Interleaved<'_>> {
+        let (d, m, s, q) = match &self.packed {
+            Packed::U4x8 { d, m, q } => (d, Some(m), None, GroupQuants::Nibbles(q)),
+            Packed::U8x8 { d, m, q } => (d, Some(m), None, GroupQuants::Unsigned(q)),
+            Packed::I8x8 { d, q } => (d, None, None, GroupQuants::Signed(q)),
+            Packed::I8S16x8 { d, s, q } => (d, None, Some(s), GroupQuants::Signed(q)),
+            _ => return None,
+        };
+        Some(Interleaved {
+            d,
+            m: m.map(Vec::as_slice),
+            s: s.map(Vec::as_slice),
+            q,
+        })
+    }
 }
 
-/// Whether `U4` matrices are interleaved at load (`FERROGRAPH_INTERLEAVE=0` turns it off).
+/// The arrays of interleaved rows (see [`Packed::U4x8`] and its siblings): of a whole matrix,
+/// or of one group of eight rows ([`Interleaved::group`]), which is what the `*_x8` kernels
+/// read.
+#[derive(Clone, Copy)]
+pub(crate) struct Interleaved<'a> {
+    /// Scales, 8 per block (one per row).
+    pub d: &'a [f32],
+    /// Offsets, 8 per block (`U4x8`, `U8x8`).
+    pub m: Option<&'a [f32]>,
+    /// Doubled sub-scales, 32 per block (`I8S16x8`).
+    pub s: Option<&'a [i16]>,
+    /// The quants.
+    pub q: GroupQuants<'a>,
+}
+
+impl<'a> Interleaved<'a> {
+    /// Group `g` (rows `8g..8g + 8`) of a whole matrix with `nb` blocks per row.
+    ///
+    /// # Panics
+    /// When the matrix has no group `g` (callers pass groups of its rows).
+    pub(crate) fn group(&self, g: usize, nb: usize) -> Interleaved<'a> {
+        let r = |n: usize| n * g * nb..n * (g + 1) * nb;
+        Interleaved {
+            d: &self.d[r(8)],
+            m: self.m.map(|m| &m[r(8)]),
+            s: self.s.map(|s| &s[r(32)]),
+            q: match self.q {
+                GroupQuants::Nibbles(q) => GroupQuants::Nibbles(&q[r(128)]),
+                GroupQuants::Unsigned(q) => GroupQuants::Unsigned(&q[r(256)]),
+                GroupQuants::Signed(q) => GroupQuants::Signed(&q[r(256)]),
+            },
+        }
+    }
+}
+
+/// The quants of [`Interleaved`] rows.
+#[derive(Clone, Copy)]
+pub(crate) enum GroupQuants<'a> {
+    /// 4-bit, 128 bytes per block (`U4x8`).
+    Nibbles(&'a [u8]),
+    /// Unsigned bytes, 256 per block (`U8x8`).
+    Unsigned(&'a [u8]),
+    /// Signed bytes, 256 per block (`I8x8`, `I8S16x8`).
+    Signed(&'a [i8]),
+}
+
+/// Where byte `k` of lane `lane`'s row-block lies within interleaved block `b`, for row-blocks
+/// of `row_block` bytes: chunks of four bytes per lane in turn.
+fn lane_index(row_block: usize, b: usize, lane: usize, k: usize) -> usize {
+    8 * row_block * b + 32 * (k / 4) + 4 * lane + k % 4
+}
+
+impl GroupQuants<'_> {
+    /// Quant `k` (0..32) of lane `lane` in block `b`.
+    pub(crate) fn value(self, b: usize, lane: usize, k: usize) -> i32 {
+        match self {
+            GroupQuants::Nibbles(q) => {
+                let byte = q[lane_index(16, b, lane, k % 16)];
+                i32::from(if k < 16 { byte & 0x0f } else { byte >> 4 })
+            }
+            GroupQuants::Unsigned(q) => i32::from(q[lane_index(QK, b, lane, k)]),
+            GroupQuants::Signed(q) => i32::from(q[lane_index(QK, b, lane, k)]),
+        }
+    }
+}
+
+/// Whether matrices are interleaved at load (`FERROGRAPH_INTERLEAVE=0` turns it off).
 fn interleave_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("FERROGRAPH_INTERLEAVE").map_or(true, |v| v != "0"))
@@ -529,70 +591,48 @@ fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize,
     }
 }
 
-/// The [`Packed::U4x8`] form of a `U4` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_u4(
-    rows: usize,
-    cols: usize,
-    mut d: Vec<f32>,
-    mut m: Vec<f32>,
-    mut q: Vec<u8>,
-) -> Packed {
+/// The interleaved form of a row-by-row matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
     let nb = cols / QK;
-    interleave_in_place(&mut d, rows, nb, 1, 1);
-    interleave_in_place(&mut m, rows, nb, 1, 1);
-    interleave_in_place(&mut q, rows, nb, 16, 4);
-    Packed::U4x8 { d, m, q }
-}
-
-/// The [`Packed::I8x8`] form of an `I8` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_i8(rows: usize, cols: usize, mut d: Vec<f32>, mut q: Vec<i8>) -> Packed {
-    let nb = cols / QK;
-    interleave_in_place(&mut d, rows, nb, 1, 1);
-    interleave_in_place(&mut q, rows, nb, QK, 4);
-    Packed::I8x8 { d, q }
-}
-
-/// The [`Packed::U8x8`] form of a `U8` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_u8(
-    rows: usize,
-    cols: usize,
-    mut d: Vec<f32>,
-    mut m: Vec<f32>,
-    mut q: Vec<u8>,
-) -> Packed {
-    let nb = cols / QK;
-    interleave_in_place(&mut d, rows, nb, 1, 1);
-    interleave_in_place(&mut m, rows, nb, 1, 1);
-    interleave_in_place(&mut q, rows, nb, QK, 4);
-    Packed::U8x8 { d, m, q }
-}
-
-/// The [`Packed::I8S16x8`] form of an `I8S16` matrix of `rows` (a multiple of 8) by `cols`.
-fn interleave_i8s16(
-    rows: usize,
-    cols: usize,
-    mut d: Vec<f32>,
-    s: Vec<i16>,
-    mut q: Vec<i8>,
-) -> Packed {
-    let nb = cols / QK;
-    interleave_in_place(&mut d, rows, nb, 1, 1);
-    interleave_in_place(&mut q, rows, nb, QK, 4);
-    let mut s8 = vec![0i16; rows * nb * 4];
-    for g in 0..rows / 8 {
-        for b in 0..nb {
-            let gb = g * nb + b;
-            for lane in 0..8 {
-                let src = (8 * g + lane) * nb + b;
-                for h in 0..2 {
-                    let at = 32 * gb + 16 * h + 2 * lane;
-                    s8[at] = s[2 * src + h];
-                    s8[at + 1] = s[2 * src + h];
-                }
+    let per_block = |mut v: Vec<f32>| {
+        interleave_in_place(&mut v, rows, nb, 1, 1);
+        v
+    };
+    match packed {
+        Packed::U4 { d, m, mut q } => {
+            interleave_in_place(&mut q, rows, nb, 16, 4);
+            Packed::U4x8 {
+                d: per_block(d),
+                m: per_block(m),
+                q,
             }
         }
+        Packed::U8 { d, m, mut q } => {
+            interleave_in_place(&mut q, rows, nb, QK, 4);
+            Packed::U8x8 {
+                d: per_block(d),
+                m: per_block(m),
+                q,
+            }
+        }
+        Packed::I8 { d, mut q } => {
+            interleave_in_place(&mut q, rows, nb, QK, 4);
+            Packed::I8x8 { d: per_block(d), q }
+        }
+        Packed::I8S16 { d, mut s, mut q } => {
+            interleave_in_place(&mut q, rows, nb, QK, 4);
+            // Each lane's two sub-scales per block, then each written twice: one 32-bit lane
+            // of 16-bit pairs for `madd`.
+            interleave_in_place(&mut s, rows, nb, 2, 1);
+            let s = s.iter().flat_map(|&v| [v, v]).collect();
+            Packed::I8S16x8 {
+                d: per_block(d),
+                s,
+                q,
+            }
+        }
+        interleaved => interleaved,
     }
-    Packed::I8S16x8 { d, s: s8, q }
 }
 
 /// Rows of activations quantized to 8-bit blocks of [`QK`].
@@ -680,18 +720,24 @@ pub fn isa_available(isa: Isa) -> bool {
     }
 }
 
+impl QAct {
+    /// Activation rows `t0..t0 + nt`, sliced for kernels.
+    fn tile(&self, t0: usize, nt: usize) -> Acts<'_> {
+        let nb = self.cols / QK;
+        Acts {
+            q: &self.q[t0 * self.cols..(t0 + nt) * self.cols],
+            d: &self.d[t0 * nb..(t0 + nt) * nb],
+            s: &self.s[t0 * nb..(t0 + nt) * nb],
+            nb,
+        }
+    }
+}
+
 /// Dot products of weight row `row` with activation rows `t0..t0 + out.len()` (at most 4),
 /// into `out`.
 fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f32]) {
-    let nb = w.cols / QK;
-    let nt = out.len();
-    let xs = Acts {
-        q: &x.q[t0 * w.cols..(t0 + nt) * w.cols],
-        d: &x.d[t0 * nb..(t0 + nt) * nb],
-        s: &x.s[t0 * nb..(t0 + nt) * nb],
-        nb,
-    };
-    let r = row * nb..(row + 1) * nb;
+    let xs = x.tile(t0, out.len());
+    let r = row * xs.nb..(row + 1) * xs.nb;
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA (see
@@ -703,74 +749,18 @@ fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f
     scalar::dot_tile(&w.packed, r, &xs, out);
 }
 
-/// Dot products of the eight rows of group `group` of an interleaved matrix with activation
-/// rows `t0..t0 + out.len() / 8` (at most 4), into `out` (`out[8 * t + lane]`).
-fn dot_tile_x8(isa: Isa, w: &QMatrix, group: usize, x: &QAct, t0: usize, out: &mut [f32]) {
-    let nb = w.cols / QK;
-    let nt = out.len() / 8;
-    let xs = Acts {
-        q: &x.q[t0 * w.cols..(t0 + nt) * w.cols],
-        d: &x.d[t0 * nb..(t0 + nt) * nb],
-        s: &x.s[t0 * nb..(t0 + nt) * nb],
-        nb,
-    };
-    let scales = 8 * group * nb..8 * (group + 1) * nb;
-    match &w.packed {
-        Packed::U4x8 { d, m, q } => {
-            let (d, m, q) = (
-                &d[scales.clone()],
-                &m[scales],
-                &q[128 * group * nb..128 * (group + 1) * nb],
-            );
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: as in `dot_tile`.
-                unsafe { avx2::dot_u4x8(d, m, q, &xs, out) };
-                return;
-            }
-            scalar::dot_u4x8(d, m, q, &xs, out);
-        }
-        Packed::I8x8 { d, q } => {
-            let (d, q) = (&d[scales], &q[256 * group * nb..256 * (group + 1) * nb]);
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: as in `dot_tile`.
-                unsafe { avx2::dot_i8x8(d, q, &xs, out) };
-                return;
-            }
-            scalar::dot_i8x8(d, q, &xs, out);
-        }
-        Packed::U8x8 { d, m, q } => {
-            let (d, m, q) = (
-                &d[scales.clone()],
-                &m[scales],
-                &q[256 * group * nb..256 * (group + 1) * nb],
-            );
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: as in `dot_tile`.
-                unsafe { avx2::dot_u8x8(d, m, q, &xs, out) };
-                return;
-            }
-            scalar::dot_u8x8(d, m, q, &xs, out);
-        }
-        Packed::I8S16x8 { d, s, q } => {
-            let (d, s, q) = (
-                &d[scales],
-                &s[32 * group * nb..32 * (group + 1) * nb],
-                &q[256 * group * nb..256 * (group + 1) * nb],
-            );
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: as in `dot_tile`.
-                unsafe { avx2::dot_i8s16x8(d, s, q, &xs, out) };
-                return;
-            }
-            scalar::dot_i8s16x8(d, s, q, &xs, out);
-        }
-        _ => {}
+/// Dot products of the eight rows of `group` with activation rows `t0..t0 + out.len() / 8`
+/// (at most 4), into `out` (`out[8 * t + lane]`).
+fn dot_tile_x8(isa: Isa, group: &Interleaved<'_>, x: &QAct, t0: usize, out: &mut [f32]) {
+    let xs = x.tile(t0, out.len() / 8);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: as in `dot_tile`.
+        unsafe { avx2::dot_x8(group, &xs, out) };
+        return;
     }
     let _ = isa;
+    scalar::dot_x8(group, &xs, out);
 }
 
 /// A tile of activation rows, sliced for one weight row's blocks.
@@ -822,21 +812,16 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
             if a >= b {
                 continue;
             }
-            if matches!(
-                w.packed,
-                Packed::U4x8 { .. }
-                    | Packed::U8x8 { .. }
-                    | Packed::I8x8 { .. }
-                    | Packed::I8S16x8 { .. }
-            ) {
+            if let Some(all) = w.interleaved() {
                 // Groups of eight rows, each taken by the thread whose range holds its first
                 // row: disjoint, and together every group.
                 let (first, end) = ((a - start).div_ceil(8), (b - start).div_ceil(8));
                 for g in first..end {
+                    let group = all.group(g, w.cols / QK);
                     let mut t0 = 0;
                     while t0 < t {
                         let nt = (t - t0).min(4);
-                        dot_tile_x8(isa, w, g, x, t0, &mut tile[..8 * nt]);
+                        dot_tile_x8(isa, &group, x, t0, &mut tile[..8 * nt]);
                         for i in 0..nt {
                             let idx = (t0 + i) * w.rows + 8 * g;
                             assert!(idx + 8 <= out.1);

@@ -1,6 +1,6 @@
 //! Portable dot products: the fallback and the reference for the SIMD kernels.
 
-use super::{Acts, Packed, QK};
+use super::{Acts, Interleaved, Packed, QK};
 use std::ops::Range;
 
 /// Dot products of the weight blocks `r` with each activation row of `x`, into `out`.
@@ -56,52 +56,9 @@ pub(crate) fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32
     }
 }
 
-/// Dot products of the eight interleaved rows of one [`Packed::U4x8`] group (`d`, `m`: 8 per
-/// block; `q`: 128 bytes per block) with each activation row of `x`, into `out[8 * t + lane]`.
-pub(crate) fn dot_u4x8(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
-    let nb = x.nb;
-    for (t, row) in out.chunks_exact_mut(8).enumerate() {
-        for (lane, o) in row.iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for b in 0..nb {
-                let xb = t * nb + b;
-                let xq = &x.q[xb * QK..xb * QK + QK];
-                let mut s = 0i32;
-                for k in 0..16 {
-                    let byte = q[128 * b + 32 * (k / 4) + 4 * lane + k % 4];
-                    s += (byte & 0x0f) as i32 * xq[k] as i32;
-                    s += (byte >> 4) as i32 * xq[k + 16] as i32;
-                }
-                acc += d[8 * b + lane] * x.d[xb] * s as f32 + m[8 * b + lane] * x.s[xb];
-            }
-            *o = acc;
-        }
-    }
-}
-
-/// Dot products of the eight interleaved rows of one [`Packed::I8x8`] group (`d`: 8 per
-/// block; `q`: 256 bytes per block) with each activation row of `x`, into `out[8 * t + lane]`.
-pub(crate) fn dot_i8x8(d: &[f32], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
-    let nb = x.nb;
-    for (t, row) in out.chunks_exact_mut(8).enumerate() {
-        for (lane, o) in row.iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for b in 0..nb {
-                let xb = t * nb + b;
-                let xq = &x.q[xb * QK..xb * QK + QK];
-                let s: i32 = (0..QK)
-                    .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
-                    .sum();
-                acc += d[8 * b + lane] * x.d[xb] * s as f32;
-            }
-            *o = acc;
-        }
-    }
-}
-
-/// Dot products of the eight interleaved rows of one [`Packed::I8S16x8`] group with each
-/// activation row of `x`, into `out[8 * t + lane]`.
-pub(crate) fn dot_i8s16x8(d: &[f32], s: &[i16], q: &[i8], x: &Acts<'_>, out: &mut [f32]) {
+/// Dot products of the eight interleaved rows of `g` with each activation row of `x`, into
+/// `out[8 * t + lane]`.
+pub(crate) fn dot_x8(g: &Interleaved<'_>, x: &Acts<'_>, out: &mut [f32]) {
     let nb = x.nb;
     for (t, row) in out.chunks_exact_mut(8).enumerate() {
         for (lane, o) in row.iter_mut().enumerate() {
@@ -112,31 +69,12 @@ pub(crate) fn dot_i8s16x8(d: &[f32], s: &[i16], q: &[i8], x: &Acts<'_>, out: &mu
                 let mut sum = 0i32;
                 for h in 0..2 {
                     let part: i32 = (16 * h..16 * h + 16)
-                        .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
+                        .map(|k| g.q.value(b, lane, k) * xq[k] as i32)
                         .sum();
-                    sum += part * s[32 * b + 16 * h + 2 * lane] as i32;
+                    sum += part * g.s.map_or(1, |s| s[32 * b + 16 * h + 2 * lane] as i32);
                 }
-                acc += d[8 * b + lane] * x.d[xb] * sum as f32;
-            }
-            *o = acc;
-        }
-    }
-}
-
-/// Dot products of the eight interleaved rows of one [`Packed::U8x8`] group with each
-/// activation row of `x`, into `out[8 * t + lane]`.
-pub(crate) fn dot_u8x8(d: &[f32], m: &[f32], q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
-    let nb = x.nb;
-    for (t, row) in out.chunks_exact_mut(8).enumerate() {
-        for (lane, o) in row.iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for b in 0..nb {
-                let xb = t * nb + b;
-                let xq = &x.q[xb * QK..xb * QK + QK];
-                let s: i32 = (0..QK)
-                    .map(|k| q[256 * b + 32 * (k / 4) + 4 * lane + k % 4] as i32 * xq[k] as i32)
-                    .sum();
-                acc += d[8 * b + lane] * x.d[xb] * s as f32 + m[8 * b + lane] * x.s[xb];
+                acc += g.d[8 * b + lane] * x.d[xb] * sum as f32
+                    + g.m.map_or(0.0, |m| m[8 * b + lane] * x.s[xb]);
             }
             *o = acc;
         }
