@@ -78,13 +78,19 @@ fn md_strings(ct: &Content, key: &str, path: &Path) -> Result<Vec<String>, LlmEr
 
 fn md_numbers(ct: &Content, key: &str) -> Option<Vec<f64>> {
     let arr = md(ct, key)?.to_vec().ok()?;
+    // Matched by variant: the `to_*` accessors build an error (with a backtrace when
+    // RUST_BACKTRACE is set) for every mismatch, which cost seconds on a 262k vocabulary.
     arr.iter()
-        .map(|x| {
-            x.to_f32()
-                .map(f64::from)
-                .or_else(|_| x.to_i32().map(f64::from))
-                .or_else(|_| x.to_u32().map(f64::from))
-                .ok()
+        .map(|x| match *x {
+            Value::F32(v) => Some(f64::from(v)),
+            Value::F64(v) => Some(v),
+            Value::I32(v) => Some(f64::from(v)),
+            Value::U32(v) => Some(f64::from(v)),
+            Value::I16(v) => Some(f64::from(v)),
+            Value::U16(v) => Some(f64::from(v)),
+            Value::I8(v) => Some(f64::from(v)),
+            Value::U8(v) => Some(f64::from(v)),
+            _ => None,
         })
         .collect()
 }

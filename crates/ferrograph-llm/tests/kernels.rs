@@ -298,6 +298,41 @@ fn activation_quantization_round_trips() {
 }
 
 #[test]
+fn parallel_quantization_matches_the_serial_one() {
+    let pool = Pool::new(3);
+    for rows in [1, 2, 3, 5, 8] {
+        let x: Vec<f32> = (0..rows * 64)
+            .map(|i| ((i * 53 % 41) as f32 - 20.0) * 0.17)
+            .collect();
+        let (mut serial, mut parallel) = (QAct::default(), QAct::default());
+        serial.quantize(&x, 64);
+        parallel.quantize_on(&pool, &x, 64);
+        assert_eq!((parallel.rows, parallel.cols), (rows, 64));
+        assert_eq!(serial.q, parallel.q, "{rows} rows");
+        assert_eq!(serial.d, parallel.d, "{rows} rows");
+        assert_eq!(serial.s, parallel.s, "{rows} rows");
+    }
+}
+
+#[test]
+fn pieces_cover_every_element_once_at_their_offsets() {
+    for threads in [1, 2, 3] {
+        let pool = Pool::new(threads);
+        for (len, unit) in [(0, 4), (3, 4), (12, 4), (14, 4), (100, 7), (5, 1)] {
+            let mut v = vec![0usize; len];
+            pool.for_each_piece(&mut v, unit, &|at, piece| {
+                assert!(at % unit == 0 || piece.is_empty());
+                for (i, x) in piece.iter_mut().enumerate() {
+                    *x += at + i + 1;
+                }
+            });
+            let want: Vec<usize> = (1..=len).collect();
+            assert_eq!(v, want, "{threads} threads, {len} by {unit}");
+        }
+    }
+}
+
+#[test]
 fn malformed_tensors_are_errors() {
     assert!(QMatrix::from_gguf(GgufType::Q4_0, 2, 32, &[0u8; 35]).is_err());
     assert!(QMatrix::from_gguf(GgufType::Q4K, 1, 32, &[0u8; 144]).is_err());

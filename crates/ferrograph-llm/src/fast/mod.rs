@@ -375,7 +375,8 @@ struct Reader<'a, R> {
 }
 
 impl<R: Read + Seek> Reader<'_, R> {
-    fn bytes(&mut self, name: &str) -> Result<(GgufType, Vec<u8>), String> {
+    /// Seeks to tensor `name` and returns its type and byte length.
+    fn seek(&mut self, name: &str) -> Result<(GgufType, usize), String> {
         let info = self
             .ct
             .tensor_infos
@@ -397,6 +398,11 @@ impl<R: Read + Seek> Reader<'_, R> {
         self.file
             .seek(SeekFrom::Start(start))
             .map_err(|e| format!("{name}: {e}"))?;
+        Ok((ty, len))
+    }
+
+    fn bytes(&mut self, name: &str) -> Result<(GgufType, Vec<u8>), String> {
+        let (ty, len) = self.seek(name)?;
         let mut buf = vec![0u8; len];
         self.file
             .read_exact(&mut buf)
@@ -404,9 +410,16 @@ impl<R: Read + Seek> Reader<'_, R> {
         Ok((ty, buf))
     }
 
+    /// A matrix, repacked as it is read (no copy of the whole tensor is held).
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatrix, String> {
-        let (ty, buf) = self.bytes(name)?;
-        QMatrix::from_gguf(ty, rows, cols, &buf).map_err(|e| format!("{name}: {e}"))
+        let (ty, len) = self.seek(name)?;
+        let need = QMatrix::gguf_bytes(ty, rows, cols).map_err(|e| format!("{name}: {e}"))?;
+        if len != need {
+            return Err(format!(
+                "{name}: {len} bytes where {ty:?} {rows}x{cols} needs {need}"
+            ));
+        }
+        QMatrix::read_gguf(ty, rows, cols, &mut self.file).map_err(|e| format!("{name}: {e}"))
     }
 
     fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, String> {
@@ -583,9 +596,17 @@ impl DecoderModel {
         let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
         let total = pos + t_n;
         let neox = cfg.neox_rope();
+        // Element-wise work and activation quantization are split over the kernels' pool
+        // when there are several tokens (one token's worth is too small to pay a dispatch).
+        let serial = kernels::pool::Pool::new(1);
+        let pool = if t_n > 1 {
+            kernels::pool::global()
+        } else {
+            &serial
+        };
         for (li, layer) in w.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
-            act.quantize(&h, d);
+            act.quantize_on(pool, &h, d);
             kernels::matmul(
                 &mut [
                     (&layer.wq, &mut q[..]),
@@ -618,28 +639,30 @@ impl DecoderModel {
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
             attention(cfg, &q, kc, vc, pos, t_n, window, &mut attn);
-            act.quantize(&attn, qd);
+            act.quantize_on(pool, &attn, qd);
             kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
             if let Some(n) = &layer.post_attn_norm {
                 rms_norm_in_place(&mut o, n, cfg.eps);
             }
             add(&mut x, &o);
             rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
-            act.quantize(&h, d);
+            act.quantize_on(pool, &h, d);
             kernels::matmul(
                 &mut [(&layer.gate, &mut g[..]), (&layer.up, &mut u[..])],
                 &act,
             );
-            if cfg.family == Family::Gemma3 {
-                for (a, b) in g.iter_mut().zip(&u) {
-                    *a = gelu_tanh(*a) * b;
+            let gelu = cfg.family == Family::Gemma3;
+            pool.for_each_piece(&mut g, cfg.ffn, &|at, gate| {
+                let up = &u[at..at + gate.len()];
+                if gelu {
+                    gate.iter_mut()
+                        .zip(up)
+                        .for_each(|(a, b)| *a = gelu_tanh(*a) * b);
+                } else {
+                    gate.iter_mut().zip(up).for_each(|(a, b)| *a = silu(*a) * b);
                 }
-            } else {
-                for (a, b) in g.iter_mut().zip(&u) {
-                    *a = *a / (1.0 + (-*a).exp()) * b;
-                }
-            }
-            act.quantize(&g, cfg.ffn);
+            });
+            act.quantize_on(pool, &g, cfg.ffn);
             kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
             if let Some(n) = &layer.post_ffn_norm {
                 rms_norm_in_place(&mut o, n, cfg.eps);
@@ -695,10 +718,47 @@ fn add_rows(x: &mut [f32], bias: &[f32]) {
     }
 }
 
-/// GELU, tanh approximation (as Gemma and llama.cpp compute it).
+/// e^x without a libm call, so that loops over slices vectorize: `x = n ln 2 + r` with
+/// `|r| <= ln 2 / 2`, a degree-6 Taylor polynomial for e^r (relative error below 2e-7) and
+/// 2^n written into the exponent bits. Inputs are clamped to [-87, 88], so results stay
+/// normal and finite; NaN stays NaN.
+#[inline(always)]
+fn exp_approx(x: f32) -> f32 {
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+    const SHIFT: f32 = 12_582_912.0;
+    // ln 2 in two parts, the first exact in few bits so that `n * LN2_HI` is exact.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let shifted = x * std::f32::consts::LOG2_E + SHIFT;
+    let n = shifted - SHIFT;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    // n + 127 in the exponent field: 2^n.
+    let two_n = (shifted
+        .to_bits()
+        .wrapping_sub(SHIFT.to_bits())
+        .wrapping_add(127))
+        << 23;
+    p * f32::from_bits(two_n)
+}
+
+/// GELU, tanh approximation (as Gemma and llama.cpp compute it), written as
+/// `x * sigmoid(2u)` (equal to `0.5 x (1 + tanh u)`) with [`exp_approx`].
+#[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+    let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp_approx(-2.0 * u))
+}
+
+/// SiLU, `x * sigmoid(x)`, with [`exp_approx`].
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + exp_approx(-x))
 }
 
 /// Sum of squares with eight independent lanes (vectorizes without reassociation).
@@ -811,7 +871,7 @@ fn attention(
                 }
                 let mut sum = 0f32;
                 for s in scores[first..n].iter_mut() {
-                    *s = (*s - mx).exp();
+                    *s = exp_approx(*s - mx);
                     sum += *s;
                 }
                 let inv = 1.0 / sum;
@@ -877,6 +937,50 @@ impl Kernels {
                 _ => Kernels::Auto,
             },
             k => k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Points spread over `[lo, hi]`, both ends included.
+    fn grid(lo: f32, hi: f32, n: usize) -> impl Iterator<Item = f32> {
+        (0..=n).map(move |i| lo + (hi - lo) * i as f32 / n as f32)
+    }
+
+    #[test]
+    fn exp_approx_is_within_a_few_ulps_of_exp() {
+        for x in grid(-87.0, 88.0, 200_000).chain([0.0, -0.0, 1e-8, -1e-8]) {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_approx(x));
+            assert!(
+                ((got - want) / want).abs() < 4e-7,
+                "exp({x}) = {got}, want {want}"
+            );
+        }
+        // Clamped, finite and normal outside the range; NaN stays NaN.
+        assert!(exp_approx(1000.0).is_finite() && exp_approx(1000.0) > 1e38);
+        assert!(exp_approx(-1000.0).is_normal() && exp_approx(-1000.0) < 1e-37);
+        assert!(exp_approx(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn activations_match_their_definitions() {
+        for x in grid(-20.0, 20.0, 100_000) {
+            let xd = f64::from(x);
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3));
+            let gelu_x = 0.5 * xd * (1.0 + u.tanh());
+            let sigmoid_x = xd / (1.0 + (-xd).exp());
+            for (name, got, want) in [("gelu", gelu_tanh(x), gelu_x), ("silu", silu(x), sigmoid_x)]
+            {
+                // f32 rounding of the exponent's argument alone moves the result by about
+                // |argument| * 6e-8 relative: the bound scales with it.
+                let err = (f64::from(got) - want).abs();
+                let bound = 1e-6 * (1.0 + 2.0 * u.abs().max(xd.abs())) * want.abs();
+                assert!(err <= bound.max(1e-12), "{name}({x}) = {got}, want {want}");
+            }
         }
     }
 }

@@ -43,6 +43,7 @@ pub const QK: usize = 32;
 
 /// Why a tensor cannot be repacked.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// The GGUF block type has no kernel here.
     #[error("unsupported tensor type {0}")]
@@ -50,6 +51,9 @@ pub enum KernelError {
     /// The byte length or shape does not match the block type.
     #[error("malformed tensor: {0}")]
     Malformed(String),
+    /// The tensor's bytes could not be read.
+    #[error("cannot read the tensor: {0}")]
+    Read(#[source] std::io::Error),
 }
 
 /// GGUF block types that can be read.
@@ -245,6 +249,18 @@ impl QMatrix {
         cols: usize,
         data: &[u8],
     ) -> Result<QMatrix, KernelError> {
+        let need = Self::gguf_bytes(ty, rows, cols)?;
+        if data.len() != need {
+            return Err(KernelError::Malformed(format!(
+                "{ty:?} {rows}x{cols} needs {need} bytes, got {}",
+                data.len()
+            )));
+        }
+        Self::read_gguf(ty, rows, cols, &mut &data[..])
+    }
+
+    /// Bytes of a GGUF tensor of `rows` x `cols` of type `ty`, or why it cannot be repacked.
+    pub fn gguf_bytes(ty: GgufType, rows: usize, cols: usize) -> Result<usize, KernelError> {
         if cols == 0 || rows == 0 || cols % QK != 0 || cols % ty.block_elems() != 0 {
             return Err(KernelError::Malformed(format!(
                 "{rows}x{cols} does not fit {ty:?} blocks"
@@ -253,148 +269,57 @@ impl QMatrix {
         let elems = rows
             .checked_mul(cols)
             .ok_or_else(|| KernelError::Malformed("size overflows".into()))?;
-        let need = ty
-            .bytes_for(elems)
-            .ok_or_else(|| KernelError::Malformed("size overflows".into()))?;
-        if data.len() != need {
-            return Err(KernelError::Malformed(format!(
-                "{ty:?} {rows}x{cols} needs {need} bytes, got {}",
-                data.len()
-            )));
-        }
-        let nb = elems / QK;
-        let bb = ty.block_bytes();
-        let packed = match ty {
-            GgufType::Q4_0 | GgufType::Q4_1 => {
-                let (mut d, mut m, mut q) = (
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb * 16),
-                );
-                for blk in data.chunks_exact(bb) {
-                    let scale = rd_f16(blk, 0);
-                    if ty == GgufType::Q4_0 {
-                        d.push(scale);
-                        m.push(-8.0 * scale);
-                        q.extend_from_slice(&blk[2..18]);
-                    } else {
-                        d.push(scale);
-                        m.push(rd_f16(blk, 2));
-                        q.extend_from_slice(&blk[4..20]);
-                    }
-                }
-                Packed::U4 { d, m, q }
-            }
-            GgufType::Q5_0 | GgufType::Q5_1 => {
-                let (mut d, mut m, mut q) = (
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb * 32),
-                );
-                for blk in data.chunks_exact(bb) {
-                    let scale = rd_f16(blk, 0);
-                    let (min, hbase) = if ty == GgufType::Q5_0 {
-                        (-16.0 * scale, 2)
-                    } else {
-                        (rd_f16(blk, 2), 4)
-                    };
-                    let qh = u32::from_le_bytes([
-                        blk[hbase],
-                        blk[hbase + 1],
-                        blk[hbase + 2],
-                        blk[hbase + 3],
-                    ]);
-                    let qs = &blk[hbase + 4..hbase + 20];
-                    let mut vals = [0u8; 32];
-                    for i in 0..16 {
-                        vals[i] = (qs[i] & 0x0f) | ((((qh >> i) & 1) as u8) << 4);
-                        vals[i + 16] = (qs[i] >> 4) | ((((qh >> (i + 16)) & 1) as u8) << 4);
-                    }
-                    d.push(scale);
-                    m.push(min);
-                    q.extend_from_slice(&vals);
-                }
-                Packed::U8 { d, m, q }
-            }
-            GgufType::Q8_0 => {
-                let (mut d, mut q) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 32));
-                for blk in data.chunks_exact(bb) {
-                    d.push(rd_f16(blk, 0));
-                    q.extend(blk[2..34].iter().map(|&b| b as i8));
-                }
-                Packed::I8 { d, q }
-            }
-            GgufType::Q4K => {
-                let (mut d, mut m, mut q) = (
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb * 16),
-                );
-                for blk in data.chunks_exact(bb) {
-                    let sd = rd_f16(blk, 0);
-                    let smin = rd_f16(blk, 2);
-                    let sc = &blk[4..16];
-                    let qs = &blk[16..144];
-                    for j in 0..8 {
-                        let (s, mn) = if j < 4 {
-                            (sc[j] & 63, sc[j + 4] & 63)
-                        } else {
-                            (
-                                (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4),
-                                (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
-                            )
-                        };
-                        d.push(sd * s as f32);
-                        m.push(-smin * mn as f32);
-                        let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-                        let shift = if j % 2 == 0 { 0 } else { 4 };
-                        for i in 0..16 {
-                            let lo = (chunk[i] >> shift) & 0x0f;
-                            let hi = (chunk[i + 16] >> shift) & 0x0f;
-                            q.push(lo | (hi << 4));
-                        }
-                    }
-                }
-                Packed::U4 { d, m, q }
-            }
-            GgufType::Q6K => {
-                let (mut d, mut s, mut q) = (
-                    Vec::with_capacity(nb),
-                    Vec::with_capacity(nb * 2),
-                    Vec::with_capacity(nb * 32),
-                );
-                for blk in data.chunks_exact(bb) {
-                    let ql = &blk[0..128];
-                    let qh = &blk[128..192];
-                    let sc = &blk[192..208];
-                    let sd = rd_f16(blk, 208);
-                    let mut vals = [0i8; 256];
-                    for half in 0..2 {
-                        let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
-                        let base = 128 * half;
-                        for l in 0..32 {
-                            let h = qh[l];
-                            vals[base + l] = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
-                            vals[base + l + 32] =
-                                ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
-                            vals[base + l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
-                            vals[base + l + 96] =
-                                ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
-                        }
-                    }
-                    for b in 0..8 {
-                        d.push(sd);
-                        s.push(sc[2 * b] as i8 as i16);
-                        s.push(sc[2 * b + 1] as i8 as i16);
-                    }
-                    q.extend_from_slice(&vals);
-                }
-                Packed::I8S16 { d, s, q }
-            }
+        ty.bytes_for(elems)
+            .ok_or_else(|| KernelError::Malformed("size overflows".into()))
+    }
+
+    /// Repacks a GGUF tensor of `rows` x `cols` read from `src` (exactly its bytes, see
+    /// [`QMatrix::gguf_bytes`]) a slice at a time, so that loading holds the repacked matrix
+    /// and a small buffer rather than a second copy of the tensor.
+    pub fn read_gguf<R: std::io::Read>(
+        ty: GgufType,
+        rows: usize,
+        cols: usize,
+        src: &mut R,
+    ) -> Result<QMatrix, KernelError> {
+        /// Bytes read per slice (rounded down to whole blocks).
+        const SLICE: usize = 256 * 1024;
+        let need = Self::gguf_bytes(ty, rows, cols)?;
+        let nb = rows * cols / QK;
+        let mut packed = match ty {
+            GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q4K => Packed::U4 {
+                d: Vec::with_capacity(nb),
+                m: Vec::with_capacity(nb),
+                q: Vec::with_capacity(nb * 16),
+            },
+            GgufType::Q5_0 | GgufType::Q5_1 => Packed::U8 {
+                d: Vec::with_capacity(nb),
+                m: Vec::with_capacity(nb),
+                q: Vec::with_capacity(nb * QK),
+            },
+            GgufType::Q8_0 => Packed::I8 {
+                d: Vec::with_capacity(nb),
+                q: Vec::with_capacity(nb * QK),
+            },
+            GgufType::Q6K => Packed::I8S16 {
+                d: Vec::with_capacity(nb),
+                s: Vec::with_capacity(nb * 2),
+                q: Vec::with_capacity(nb * QK),
+            },
             GgufType::F32 | GgufType::F16 => {
                 return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
             }
         };
+        let bb = ty.block_bytes();
+        let mut buf = vec![0u8; need.min((SLICE / bb).max(1) * bb)];
+        let mut left = need;
+        while left > 0 {
+            let n = left.min(buf.len());
+            let slice = &mut buf[..n];
+            src.read_exact(slice).map_err(KernelError::Read)?;
+            append_blocks(ty, slice, &mut packed);
+            left -= slice.len();
+        }
         let packed = if rows % 8 == 0 && interleave_enabled() {
             interleave(packed, rows, cols)
         } else {
@@ -493,6 +418,116 @@ impl QMatrix {
             s: s.map(Vec::as_slice),
             q,
         })
+    }
+}
+
+/// Repacks the whole GGUF blocks of type `ty` in `data` onto the end of `packed` (a row-by-row
+/// layout made for `ty` by [`QMatrix::read_gguf`]).
+fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
+    let bb = ty.block_bytes();
+    match (ty, packed) {
+        (GgufType::Q4_0 | GgufType::Q4_1, Packed::U4 { d, m, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let scale = rd_f16(blk, 0);
+                if ty == GgufType::Q4_0 {
+                    d.push(scale);
+                    m.push(-8.0 * scale);
+                    q.extend_from_slice(&blk[2..18]);
+                } else {
+                    d.push(scale);
+                    m.push(rd_f16(blk, 2));
+                    q.extend_from_slice(&blk[4..20]);
+                }
+            }
+        }
+        (GgufType::Q5_0 | GgufType::Q5_1, Packed::U8 { d, m, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let scale = rd_f16(blk, 0);
+                let (min, hbase) = if ty == GgufType::Q5_0 {
+                    (-16.0 * scale, 2)
+                } else {
+                    (rd_f16(blk, 2), 4)
+                };
+                let qh = u32::from_le_bytes([
+                    blk[hbase],
+                    blk[hbase + 1],
+                    blk[hbase + 2],
+                    blk[hbase + 3],
+                ]);
+                let qs = &blk[hbase + 4..hbase + 20];
+                let mut vals = [0u8; 32];
+                for i in 0..16 {
+                    vals[i] = (qs[i] & 0x0f) | ((((qh >> i) & 1) as u8) << 4);
+                    vals[i + 16] = (qs[i] >> 4) | ((((qh >> (i + 16)) & 1) as u8) << 4);
+                }
+                d.push(scale);
+                m.push(min);
+                q.extend_from_slice(&vals);
+            }
+        }
+        (GgufType::Q8_0, Packed::I8 { d, q }) => {
+            for blk in data.chunks_exact(bb) {
+                d.push(rd_f16(blk, 0));
+                q.extend(blk[2..34].iter().map(|&b| b as i8));
+            }
+        }
+        (GgufType::Q4K, Packed::U4 { d, m, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let sd = rd_f16(blk, 0);
+                let smin = rd_f16(blk, 2);
+                let sc = &blk[4..16];
+                let qs = &blk[16..144];
+                for j in 0..8 {
+                    let (s, mn) = if j < 4 {
+                        (sc[j] & 63, sc[j + 4] & 63)
+                    } else {
+                        (
+                            (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4),
+                            (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
+                        )
+                    };
+                    d.push(sd * s as f32);
+                    m.push(-smin * mn as f32);
+                    let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                    let shift = if j % 2 == 0 { 0 } else { 4 };
+                    for i in 0..16 {
+                        let lo = (chunk[i] >> shift) & 0x0f;
+                        let hi = (chunk[i + 16] >> shift) & 0x0f;
+                        q.push(lo | (hi << 4));
+                    }
+                }
+            }
+        }
+        (GgufType::Q6K, Packed::I8S16 { d, s, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let ql = &blk[0..128];
+                let qh = &blk[128..192];
+                let sc = &blk[192..208];
+                let sd = rd_f16(blk, 208);
+                let mut vals = [0i8; 256];
+                for half in 0..2 {
+                    let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+                    let base = 128 * half;
+                    for l in 0..32 {
+                        let h = qh[l];
+                        vals[base + l] = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
+                        vals[base + l + 32] =
+                            ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
+                        vals[base + l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+                        vals[base + l + 96] =
+                            ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+                    }
+                }
+                for b in 0..8 {
+                    d.push(sd);
+                    s.push(sc[2 * b] as i8 as i16);
+                    s.push(sc[2 * b + 1] as i8 as i16);
+                }
+                q.extend_from_slice(&vals);
+            }
+        }
+        // `read_gguf` makes the layout that matches the type.
+        _ => {}
     }
 }
 
@@ -653,33 +688,78 @@ pub struct QAct {
 impl QAct {
     /// Quantizes `x` (`rows` rows of `cols`, `cols` a multiple of [`QK`]) into `self`.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
-        debug_assert!(cols % QK == 0 && x.len() % cols.max(1) == 0);
-        let rows = x.len().checked_div(cols).unwrap_or(0);
-        let nb = x.len() / QK;
+        self.resize(x.len(), cols);
+        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s);
+    }
+
+    fn resize(&mut self, len: usize, cols: usize) {
+        debug_assert!(cols % QK == 0 && len % cols.max(1) == 0);
         self.cols = cols;
-        self.rows = rows;
-        self.q.resize(x.len(), 0);
-        self.d.resize(nb, 0.0);
-        self.s.resize(nb, 0.0);
-        for (b, (xb, qb)) in x
-            .chunks_exact(QK)
-            .zip(self.q.chunks_exact_mut(QK))
-            .enumerate()
-        {
-            let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (o, v) in qb.iter_mut().zip(xb) {
-                // Round to nearest even without a libm call (|v * id| <= 127).
-                let r = (v * id + 12_582_912.0) - 12_582_912.0;
-                let qi = r as i32;
-                *o = qi as i8;
-                sum += qi;
-            }
-            self.d[b] = d;
-            self.s[b] = d * sum as f32;
+        self.rows = len.checked_div(cols).unwrap_or(0);
+        self.q.resize(len, 0);
+        self.d.resize(len / QK, 0.0);
+        self.s.resize(len / QK, 0.0);
+    }
+
+    /// [`QAct::quantize`] with the rows split over `pool`'s threads (the same result).
+    pub fn quantize_on(&mut self, pool: &pool::Pool, x: &[f32], cols: usize) {
+        let rows = x.len().checked_div(cols).unwrap_or(0);
+        let threads = pool.threads().min(rows);
+        if threads <= 1 {
+            return self.quantize(x, cols);
         }
+        self.resize(x.len(), cols);
+        // Contiguous row ranges, one per thread; each writes only its own slices.
+        let per_row = cols / QK;
+        let mut pieces = Vec::with_capacity(threads);
+        let (mut q, mut d, mut s) = (&mut self.q[..], &mut self.d[..], &mut self.s[..]);
+        let mut start = 0;
+        for tid in 0..threads {
+            let end = rows * (tid + 1) / threads;
+            let n = end - start;
+            let (qh, qt) = std::mem::take(&mut q).split_at_mut(n * cols);
+            let (dh, dt) = std::mem::take(&mut d).split_at_mut(n * per_row);
+            let (sh, st) = std::mem::take(&mut s).split_at_mut(n * per_row);
+            (q, d, s) = (qt, dt, st);
+            pieces.push(parking_lot::Mutex::new((
+                start * cols..end * cols,
+                qh,
+                dh,
+                sh,
+            )));
+            start = end;
+        }
+        pool.run(&|tid| {
+            if let Some(piece) = pieces.get(tid) {
+                let mut piece = piece.lock();
+                let (range, q, d, s) = &mut *piece;
+                quantize_blocks(&x[range.clone()], q, d, s);
+            }
+        });
+    }
+}
+
+/// Quantizes the blocks of `x` into `q`, their scales `d` and scaled sums `s`.
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for (((xb, qb), db), sb) in x
+        .chunks_exact(QK)
+        .zip(q.chunks_exact_mut(QK))
+        .zip(d.iter_mut())
+        .zip(s.iter_mut())
+    {
+        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let mut sum = 0i32;
+        for (o, v) in qb.iter_mut().zip(xb) {
+            // Round to nearest even without a libm call (|v * id| <= 127).
+            let r = (v * id + 12_582_912.0) - 12_582_912.0;
+            let qi = r as i32;
+            *o = qi as i8;
+            sum += qi;
+        }
+        *db = scale;
+        *sb = scale * sum as f32;
     }
 }
 

@@ -139,6 +139,47 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Splits `data` into one contiguous piece per thread, each a whole number of `unit`
+    /// elements (the last takes any remainder), and calls `f(offset, piece)` on each in
+    /// parallel, `offset` being the piece's first index in `data`.
+    pub fn for_each_piece<T: Send>(
+        &self,
+        data: &mut [T],
+        unit: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let unit = unit.max(1);
+        let units = data.len() / unit;
+        let threads = self.threads.min(units).max(1);
+        if threads == 1 {
+            f(0, data);
+            return;
+        }
+        let mut pieces = Vec::with_capacity(threads);
+        let mut rest = data;
+        let mut start = 0;
+        for tid in 0..threads {
+            let end = if tid + 1 == threads {
+                start + rest.len()
+            } else {
+                units * (tid + 1) / threads * unit
+            };
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+            pieces.push(Mutex::new((start, head)));
+            rest = tail;
+            start = end;
+        }
+        self.run(&|tid| {
+            if let Some(piece) = pieces.get(tid) {
+                let mut piece = piece.lock();
+                let (offset, data) = &mut *piece;
+                f(*offset, data);
+            }
+        });
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::SeqCst);
