@@ -25,7 +25,11 @@ struct Fixture {
 
 fn meta(i: usize) -> ChunkMeta {
     // Skewed: `cli` is rare (2%), so filters on it go exact; others are large.
-    let module = if i % 50 == 0 { "cli" } else { MODULES[i % 4] };
+    let module = if i.is_multiple_of(50) {
+        "cli"
+    } else {
+        MODULES[i % 4]
+    };
     let mut metadata = BTreeMap::new();
     metadata.insert("module".to_string(), module.to_string());
     metadata.insert("tier".to_string(), (i % 3).to_string());

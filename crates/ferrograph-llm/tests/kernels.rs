@@ -207,8 +207,10 @@ fn check(ty: GgufType, rows: usize, cols: usize, x: &[f32], seed: u64) {
             );
         }
     }
-    let isa = Isa::Avx2;
-    if kernels::isa_available(isa) {
+    for isa in Isa::ALL {
+        if isa == Isa::Scalar || !kernels::isa_available(isa) {
+            continue;
+        }
         let mut simd = vec![0f32; t * rows];
         kernels::matmul_with(isa, &pool, &mut [(&w, &mut simd[..])], &act);
         for (i, (a, b)) in simd.iter().zip(&scalar).enumerate() {

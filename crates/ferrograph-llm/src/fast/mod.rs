@@ -105,7 +105,7 @@ impl DecoderConfig {
 
     /// Whether layer `l` attends through the sliding window.
     pub fn is_sliding(&self, l: usize) -> bool {
-        self.sliding_window.is_some() && (l + 1) % GEMMA3_SLIDING_PATTERN != 0
+        self.sliding_window.is_some() && !(l + 1).is_multiple_of(GEMMA3_SLIDING_PATTERN)
     }
 
     fn neox_rope(&self) -> bool {

@@ -31,10 +31,10 @@
 //! lifetime erasure, and disjoint parallel writes of matrix product outputs.
 #![allow(unsafe_code)]
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
 pub mod pool;
 mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use std::sync::OnceLock;
 
@@ -106,7 +106,7 @@ impl GgufType {
 
     /// Bytes of a tensor of `elems` elements (`None` when not a whole number of blocks).
     pub fn bytes_for(self, elems: usize) -> Option<usize> {
-        if elems % self.block_elems() != 0 {
+        if !elems.is_multiple_of(self.block_elems()) {
             return None;
         }
         (elems / self.block_elems()).checked_mul(self.block_bytes())
@@ -261,7 +261,11 @@ impl QMatrix {
 
     /// Bytes of a GGUF tensor of `rows` x `cols` of type `ty`, or why it cannot be repacked.
     pub fn gguf_bytes(ty: GgufType, rows: usize, cols: usize) -> Result<usize, KernelError> {
-        if cols == 0 || rows == 0 || cols % QK != 0 || cols % ty.block_elems() != 0 {
+        if cols == 0
+            || rows == 0
+            || !cols.is_multiple_of(QK)
+            || !cols.is_multiple_of(ty.block_elems())
+        {
             return Err(KernelError::Malformed(format!(
                 "{rows}x{cols} does not fit {ty:?} blocks"
             )));
@@ -320,7 +324,7 @@ impl QMatrix {
             append_blocks(ty, slice, &mut packed);
             left -= slice.len();
         }
-        let packed = if rows % 8 == 0 && interleave_enabled() {
+        let packed = if rows.is_multiple_of(8) && interleave_enabled() {
             interleave(packed, rows, cols)
         } else {
             packed
@@ -693,7 +697,7 @@ impl QAct {
     }
 
     fn resize(&mut self, len: usize, cols: usize) {
-        debug_assert!(cols % QK == 0 && len % cols.max(1) == 0);
+        debug_assert!(cols.is_multiple_of(QK) && len.is_multiple_of(cols.max(1)));
         self.cols = cols;
         self.rows = len.checked_div(cols).unwrap_or(0);
         self.q.resize(len, 0);
@@ -750,13 +754,15 @@ fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
         let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let scale = amax / 127.0;
         let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        // Round to nearest even without a libm call or a float-to-int conversion (which
+        // does not vectorize): adding 1.5 * 2^23 leaves the integer in the low mantissa bits
+        // (|v * id| <= 127, or garbage, never undefined, for NaN).
+        const SHIFT: f32 = 12_582_912.0;
         let mut sum = 0i32;
         for (o, v) in qb.iter_mut().zip(xb) {
-            // Round to nearest even without a libm call (|v * id| <= 127).
-            let r = (v * id + 12_582_912.0) - 12_582_912.0;
-            let qi = r as i32;
+            let qi = (v * id + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32;
             *o = qi as i8;
-            sum += qi;
+            sum = sum.wrapping_add(qi);
         }
         *db = scale;
         *sb = scale * sum as f32;
@@ -765,38 +771,71 @@ fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
 
 /// Instruction sets with kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Isa {
     /// Portable scalar code (the reference).
     Scalar,
     /// x86-64 AVX2 + FMA.
     Avx2,
+    /// AVX2 + FMA with AVX-VNNI's `vpdpbusd` for the interleaved kernels' integer sums.
+    AvxVnni,
+    /// AVX2 + FMA with AVX-512 VNNI's `vpdpbusd` (256-bit, AVX-512VL) for the interleaved
+    /// kernels' integer sums.
+    Avx512Vnni,
 }
 
-/// The best instruction set of this CPU (`FERROGRAPH_ISA=scalar` forces the fallback).
+impl Isa {
+    /// Every instruction set, the preferred last.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+
+    /// The name `FERROGRAPH_ISA` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+}
+
+/// The best instruction set of this CPU. `FERROGRAPH_ISA` (`scalar`, `avx2`, `avxvnni`,
+/// `avx512vnni`) asks for another one; one this CPU lacks is ignored with a warning.
 pub fn detected_isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
-        if std::env::var("FERROGRAPH_ISA").is_ok_and(|v| v == "scalar") {
-            return Isa::Scalar;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return Isa::Avx2;
+        if let Ok(want) = std::env::var("FERROGRAPH_ISA") {
+            match Isa::ALL.into_iter().find(|i| i.name() == want) {
+                Some(isa) if isa_available(isa) => return isa,
+                _ => tracing::warn!(isa = %want, "FERROGRAPH_ISA names no instruction set this CPU has; using the best one"),
             }
         }
-        Isa::Scalar
+        Isa::ALL
+            .into_iter()
+            .rev()
+            .find(|&isa| isa_available(isa))
+            .unwrap_or(Isa::Scalar)
     })
 }
 
 /// Whether `isa` can run on this CPU.
 pub fn isa_available(isa: Isa) -> bool {
-    match isa {
-        Isa::Scalar => true,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-        #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 => false,
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        match isa {
+            Isa::Scalar => true,
+            Isa::Avx2 => avx2,
+            Isa::AvxVnni => avx2 && is_x86_feature_detected!("avxvnni"),
+            Isa::Avx512Vnni => {
+                avx2 && is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        isa == Isa::Scalar
     }
 }
 
@@ -819,10 +858,10 @@ fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f
     let xs = x.tile(t0, out.len());
     let r = row * xs.nb..(row + 1) * xs.nb;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2 and FMA (see
-        // `detected_isa`; callers of `matmul_with` check `isa_available`).
-        unsafe { avx2::dot_tile(&w.packed, r, &xs, out) };
+    if isa != Isa::Scalar {
+        // SAFETY: every SIMD `Isa` includes AVX2 and FMA, and `matmul_with` runs only ones
+        // `isa_available` finds on this CPU.
+        unsafe { x86::dot_tile(&w.packed, r, &xs, out) };
         return;
     }
     let _ = isa;
@@ -834,10 +873,15 @@ fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f
 fn dot_tile_x8(isa: Isa, group: &Interleaved<'_>, x: &QAct, t0: usize, out: &mut [f32]) {
     let xs = x.tile(t0, out.len() / 8);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: as in `dot_tile`.
-        unsafe { avx2::dot_x8(group, &xs, out) };
-        return;
+    {
+        // SAFETY: `matmul_with` runs only instruction sets `isa_available` finds on this CPU,
+        // which is what each module's entry point requires.
+        match isa {
+            Isa::Avx2 => return unsafe { x86::x8_avx2::dot_x8(group, &xs, out) },
+            Isa::AvxVnni => return unsafe { x86::x8_avx_vnni::dot_x8(group, &xs, out) },
+            Isa::Avx512Vnni => return unsafe { x86::x8_avx512_vnni::dot_x8(group, &xs, out) },
+            Isa::Scalar => {}
+        }
     }
     let _ = isa;
     scalar::dot_x8(group, &xs, out);

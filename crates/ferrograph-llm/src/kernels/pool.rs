@@ -208,7 +208,7 @@ fn worker(inner: &Inner, index: usize) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 256 != 0 || since.elapsed() < SPIN {
+            if !spins.is_multiple_of(256) || since.elapsed() < SPIN {
                 std::hint::spin_loop();
                 continue;
             }

@@ -1,0 +1,392 @@
+//! x86-64 kernels: AVX2 + FMA dot products, and the interleaved kernels also with AVX-VNNI or
+//! AVX-512 VNNI (chosen at run time, see [`super::Isa`]).
+
+// Index loops mirror the block layout (block b, activation row t) and address several arrays
+// at once; iterator rewrites would obscure the SIMD kernels.
+#![allow(clippy::needless_range_loop)]
+
+use super::{Acts, Packed, QK};
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// `$call` with the constant `$nt` set to `$n` (1 to 4; more is 4): tile kernels are
+/// instantiated per token count.
+macro_rules! by_tokens {
+    ($n:expr, $nt:ident => $call:expr) => {
+        match $n {
+            1 => {
+                const $nt: usize = 1;
+                $call
+            }
+            2 => {
+                const $nt: usize = 2;
+                $call
+            }
+            3 => {
+                const $nt: usize = 3;
+                $call
+            }
+            _ => {
+                const $nt: usize = 4;
+                $call
+            }
+        }
+    };
+}
+
+/// Dot products of the weight blocks `r` with each activation row of `x` (1 to 4), into
+/// `out`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
+    by_tokens!(out.len(), NT => tile::<NT>(w, r, x, out))
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
+    let nb = x.nb;
+    // Every pointer read below is within these bounds.
+    assert!(out.len() >= NT && r.len() == nb);
+    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb && x.s.len() >= NT * nb);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); NT];
+    let mut macc = [0f32; NT];
+    let xq = x.q.as_ptr();
+    match w {
+        Packed::U4 { d, m, q } => {
+            let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * 16..r.end * 16]);
+            let m4 = _mm_set1_epi8(0x0f);
+            for b in 0..nb {
+                // SAFETY (reads): `q` holds `16 * nb` bytes and activations `NT * nb * QK`
+                // (asserted above).
+                let raw = _mm_loadu_si128(q.as_ptr().add(16 * b) as *const __m128i);
+                let lo = _mm_and_si128(raw, m4);
+                let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+                let wv = _mm256_set_m128i(hi, lo);
+                let (db, mb) = (d[b], m[b]);
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, y), ones);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                    macc[t] += mb * *x.s.get_unchecked(xb);
+                }
+            }
+        }
+        // Interleaved matrices go through `dot_x8`.
+        Packed::U4x8 { .. }
+        | Packed::U8x8 { .. }
+        | Packed::I8x8 { .. }
+        | Packed::I8S16x8 { .. } => {}
+        Packed::U8 { d, m, q } => {
+            let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * QK..r.end * QK]);
+            for b in 0..nb {
+                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                let (db, mb) = (d[b], m[b]);
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, y), ones);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                    macc[t] += mb * *x.s.get_unchecked(xb);
+                }
+            }
+        }
+        Packed::I8 { d, q } => {
+            let (d, q) = (&d[r.clone()], &q[r.start * QK..r.end * QK]);
+            for b in 0..nb {
+                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                let aw = _mm256_sign_epi8(wv, wv);
+                let db = d[b];
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let sy = _mm256_sign_epi8(y, wv);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                }
+            }
+        }
+        Packed::I8S16 { d, s, q } => {
+            let (d, s, q) = (
+                &d[r.clone()],
+                &s[r.start * 2..r.end * 2],
+                &q[r.start * QK..r.end * QK],
+            );
+            for b in 0..nb {
+                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                let aw = _mm256_sign_epi8(wv, wv);
+                let scv = _mm256_set_m128i(_mm_set1_epi16(s[2 * b + 1]), _mm_set1_epi16(s[2 * b]));
+                let db = d[b];
+                for t in 0..NT {
+                    let xb = t * nb + b;
+                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
+                    let sy = _mm256_sign_epi8(y, wv);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), scv);
+                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+                }
+            }
+        }
+    }
+    for t in 0..NT {
+        out[t] = hsum(acc[t]) + macc[t];
+    }
+}
+
+/// The kernels of interleaved matrices (see [`Packed::U4x8`]), stamped out per instruction
+/// set: `$features` are the entry points' target features, `$vnni` says whether `$dpbusd`
+/// (a VNNI `u8 x i8` dot product of four-byte groups added to 32-bit lanes) replaces AVX2's
+/// `maddubs` / `madd` / `add` sequence. Both forms compute the same integer sums: AVX2's
+/// 16-bit intermediates stay below 2^15 (bounds beside each kernel), VNNI's are 32-bit.
+macro_rules! x8_kernels {
+    ($module:ident, $features:literal, $vnni:literal, $dpbusd:path) => {
+        pub(crate) mod $module {
+            // See the note on the enclosing module.
+            #![allow(clippy::needless_range_loop)]
+
+            use super::super::{Acts, GroupQuants, Interleaved, QK};
+            use std::arch::x86_64::*;
+
+            /// Whether the integer sums go through VNNI's `dpbusd`.
+            const VNNI: bool = $vnni;
+
+            /// Dot products of the eight interleaved rows of `g` with each activation row of `x` (1 to
+            /// 4), into `out[8 * t + lane]`. Each layout has its own entry point, kept out of line: with
+            /// every tile inlined into one function (as `-C target-cpu=native` allows) decode ran about 6%
+            /// slower.
+            ///
+            /// # Safety
+            /// The CPU must support `$features`.
+            pub(crate) unsafe fn dot_x8(g: &Interleaved<'_>, x: &Acts<'_>, out: &mut [f32]) {
+                match g.q {
+                    GroupQuants::Nibbles(q) => dot_u4x8(g, q, x, out),
+                    GroupQuants::Unsigned(q) => dot_bytes_x8::<false, 4>(g, q, x, out),
+                    GroupQuants::Signed(q) => {
+                        // SAFETY: `i8` and `u8` have the same size and alignment; the kernel reads the
+                        // bytes through SIMD loads and treats them as signed.
+                        let q = std::slice::from_raw_parts(q.as_ptr() as *const u8, q.len());
+                        if g.s.is_some() {
+                            dot_bytes_x8::<true, 4>(g, q, x, out)
+                        } else {
+                            dot_bytes_x8::<true, 1>(g, q, x, out)
+                        }
+                    }
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn dot_u4x8(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+                by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, x, out))
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn dot_bytes_x8<const SIGNED: bool, const RUN: usize>(
+                g: &Interleaved<'_>,
+                q: &[u8],
+                x: &Acts<'_>,
+                out: &mut [f32],
+            ) {
+                by_tokens!(out.len() / 8, NT => tile_bytes_x8::<NT, SIGNED, RUN>(g, q, x, out))
+            }
+
+            /// The lengths every `*_x8` kernel relies on.
+            #[inline]
+            fn check_x8(
+                g: &Interleaved<'_>,
+                q_per_block: usize,
+                q: &[u8],
+                x: &Acts<'_>,
+                out: &[f32],
+                nt: usize,
+            ) {
+                let nb = x.nb;
+                assert!(g.d.len() == 8 * nb && q.len() == q_per_block * nb);
+                assert!(g.m.is_none_or(|m| m.len() == 8 * nb) && g.s.is_none_or(|s| s.len() == 32 * nb));
+                assert!(out.len() >= 8 * nt);
+                assert!(x.q.len() >= nt * nb * QK && x.d.len() >= nt * nb && x.s.len() >= nt * nb);
+            }
+
+            /// Adds the block's scaled sums (and offsets, when the group has them) of every token to
+            /// `acc`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn scale_block<const NT: usize>(
+                g: &Interleaved<'_>,
+                b: usize,
+                isum: &[__m256i; NT],
+                x: &Acts<'_>,
+                acc: &mut [__m256; NT],
+            ) {
+                let nb = x.nb;
+                // SAFETY (reads): `d` and `m` hold 8 values per block (checked by `check_x8`).
+                let dv = _mm256_loadu_ps(g.d.as_ptr().add(8 * b));
+                for t in 0..NT {
+                    let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
+                }
+                if let Some(m) = g.m {
+                    let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
+                    for t in 0..NT {
+                        acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(t * nb + b)), acc[t]);
+                    }
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn tile_u4x8<const NT: usize>(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+                let nb = x.nb;
+                // Every pointer access below is within these bounds.
+                check_x8(g, 128, q, x, out, NT);
+                let m4 = _mm256_set1_epi8(0x0f);
+                let ones = _mm256_set1_epi16(1);
+                let mut acc = [_mm256_setzero_ps(); NT];
+                let xq = x.q.as_ptr();
+                for b in 0..nb {
+                    // Per token, the eight rows' block sums in 16-bit pairs. Each product is at most
+                    // 15 * 127 and each lane adds 16 of them (8 instructions x 2): below 2^15.
+                    let mut isum = [_mm256_setzero_si256(); NT];
+                    for c in 0..4 {
+                        // SAFETY (reads): `q` holds 128 bytes per block, activations `QK` bytes per
+                        // block and token (checked above); unaligned loads accept any address.
+                        let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
+                        let lo = _mm256_and_si256(raw, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                        for t in 0..NT {
+                            let y = xq.add((t * nb + b) * QK);
+                            let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+                            let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
+                            if VNNI {
+                                isum[t] = $dpbusd(isum[t], lo, ylo);
+                                isum[t] = $dpbusd(isum[t], hi, yhi);
+                            } else {
+                                let p = _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(lo, ylo),
+                                    _mm256_maddubs_epi16(hi, yhi),
+                                );
+                                isum[t] = _mm256_add_epi16(isum[t], p);
+                            }
+                        }
+                    }
+                    if !VNNI {
+                        for v in isum.iter_mut() {
+                            *v = _mm256_madd_epi16(*v, ones);
+                        }
+                    }
+                    scale_block(g, b, &isum, x, &mut acc);
+                }
+                for t in 0..NT {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                }
+            }
+
+            /// The byte layouts (`U8x8`, `I8x8`, `I8S16x8`). `SIGNED` quants go through `maddubs` as |w|
+            /// times y with w's sign. `RUN` groups of four bytes are summed in 16-bit lanes before
+            /// widening: 4 when a pair of products stays below 2^13 (quants up to 31 unsigned or 32 in
+            /// magnitude, so four pairs fit 16 bits), 1 for full 8-bit quants (a pair reaches
+            /// 2 * 128 * 127). Runs of 4 are the block's halves, which is where `I8S16x8`'s sub-scales
+            /// apply (as the `madd` multipliers).
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn tile_bytes_x8<const NT: usize, const SIGNED: bool, const RUN: usize>(
+                g: &Interleaved<'_>,
+                q: &[u8],
+                x: &Acts<'_>,
+                out: &mut [f32],
+            ) {
+                let nb = x.nb;
+                // Every pointer access below is within these bounds.
+                check_x8(g, 256, q, x, out, NT);
+                let ones = _mm256_set1_epi16(1);
+                let mut acc = [_mm256_setzero_ps(); NT];
+                let xq = x.q.as_ptr();
+                // Sub-scales apply per half: signed quants in runs of 4 are `I8S16x8`'s (a constant,
+                // so the unsigned and 8-bit kernels carry no test for them).
+                let subs = if SIGNED && RUN == 4 { g.s } else { None };
+                for b in 0..nb {
+                    let mut isum = [_mm256_setzero_si256(); NT];
+                    if VNNI && subs.is_none() {
+                        // Straight into the 32-bit sums: no 16-bit stage to bound.
+                        for c in 0..8 {
+                            // SAFETY (reads): as below.
+                            let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
+                            let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+                            for t in 0..NT {
+                                let y = xq.add((t * nb + b) * QK + 4 * c);
+                                let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
+                                let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
+                                isum[t] = $dpbusd(isum[t], aw, yv);
+                            }
+                        }
+                        scale_block(g, b, &isum, x, &mut acc);
+                        continue;
+                    }
+                    for run in 0..8 / RUN {
+                        let mut part = [_mm256_setzero_si256(); NT];
+                        for c in RUN * run..RUN * (run + 1) {
+                            // SAFETY (reads): `q` holds 256 bytes per block, activations `QK` bytes per
+                            // block and token (checked above); unaligned loads accept any address.
+                            let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
+                            let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+                            for t in 0..NT {
+                                let y = xq.add((t * nb + b) * QK + 4 * c);
+                                let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
+                                let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
+                                let p = _mm256_maddubs_epi16(aw, yv);
+                                part[t] = if RUN == 1 {
+                                    p
+                                } else {
+                                    _mm256_add_epi16(part[t], p)
+                                };
+                            }
+                        }
+                        let mul = match subs {
+                            // SAFETY (read): 32 sub-scales per block (checked above); `run` is the half.
+                            Some(s) => _mm256_loadu_si256(s.as_ptr().add(32 * b + 16 * run) as *const __m256i),
+                            None => ones,
+                        };
+                        for t in 0..NT {
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(part[t], mul));
+                        }
+                    }
+                    scale_block(g, b, &isum, x, &mut acc);
+                }
+                for t in 0..NT {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                }
+            }
+        }
+    };
+}
+
+x8_kernels!(x8_avx2, "avx2,fma", false, _mm256_dpbusd_avx_epi32);
+x8_kernels!(
+    x8_avx_vnni,
+    "avx2,fma,avxvnni",
+    true,
+    _mm256_dpbusd_avx_epi32
+);
+x8_kernels!(
+    x8_avx512_vnni,
+    "avx2,fma,avx512vnni,avx512vl",
+    true,
+    _mm256_dpbusd_epi32
+);
