@@ -53,6 +53,41 @@ unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// Adds block `b` of weights `wv` times each token's block `b` to `acc` (the integer sums,
+/// scaled by `db` and the token's scale) and, for unsigned weights, `mb` times the token's
+/// scaled block sum to `macc` (the block's offset term). `mul` are the 16-bit multipliers of the
+/// pair sums: ones, or `I8S16`'s sub-scales of the block's halves. `SIGNED` weights go through
+/// `maddubs` as |w| times y with w's sign.
+///
+/// # Safety
+/// AVX2 and FMA; `x` holds `NT` tokens of `x.nb` blocks and `b < x.nb` (the caller's bounds).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_block<const NT: usize, const SIGNED: bool>(
+    wv: __m256i,
+    mul: __m256i,
+    db: f32,
+    mb: f32,
+    b: usize,
+    x: &Acts<'_>,
+    acc: &mut [__m256; NT],
+    macc: &mut [f32; NT],
+) {
+    let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+    for t in 0..NT {
+        let xb = t * x.nb + b;
+        let y = _mm256_loadu_si256(x.q.as_ptr().add(xb * QK) as *const __m256i);
+        let y = if SIGNED { _mm256_sign_epi8(y, wv) } else { y };
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, y), mul);
+        let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+        acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+        if !SIGNED {
+            macc[t] += mb * *x.s.get_unchecked(xb);
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
@@ -63,7 +98,6 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NT];
     let mut macc = [0f32; NT];
-    let xq = x.q.as_ptr();
     match w {
         Packed::U4 { d, m, q } => {
             let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * 16..r.end * 16]);
@@ -75,15 +109,7 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
                 let lo = _mm_and_si128(raw, m4);
                 let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
                 let wv = _mm256_set_m128i(hi, lo);
-                let (db, mb) = (d[b], m[b]);
-                for t in 0..NT {
-                    let xb = t * nb + b;
-                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, y), ones);
-                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
-                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
-                    macc[t] += mb * *x.s.get_unchecked(xb);
-                }
+                row_block::<NT, false>(wv, ones, d[b], m[b], b, x, &mut acc, &mut macc);
             }
         }
         // Interleaved matrices go through `dot_x8`.
@@ -95,31 +121,14 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
             let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * QK..r.end * QK]);
             for b in 0..nb {
                 let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
-                let (db, mb) = (d[b], m[b]);
-                for t in 0..NT {
-                    let xb = t * nb + b;
-                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, y), ones);
-                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
-                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
-                    macc[t] += mb * *x.s.get_unchecked(xb);
-                }
+                row_block::<NT, false>(wv, ones, d[b], m[b], b, x, &mut acc, &mut macc);
             }
         }
         Packed::I8 { d, q } => {
             let (d, q) = (&d[r.clone()], &q[r.start * QK..r.end * QK]);
             for b in 0..nb {
                 let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
-                let aw = _mm256_sign_epi8(wv, wv);
-                let db = d[b];
-                for t in 0..NT {
-                    let xb = t * nb + b;
-                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
-                    let sy = _mm256_sign_epi8(y, wv);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones);
-                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
-                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
-                }
+                row_block::<NT, true>(wv, ones, d[b], 0.0, b, x, &mut acc, &mut macc);
             }
         }
         Packed::I8S16 { d, s, q } => {
@@ -130,17 +139,8 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
             );
             for b in 0..nb {
                 let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
-                let aw = _mm256_sign_epi8(wv, wv);
                 let scv = _mm256_set_m128i(_mm_set1_epi16(s[2 * b + 1]), _mm_set1_epi16(s[2 * b]));
-                let db = d[b];
-                for t in 0..NT {
-                    let xb = t * nb + b;
-                    let y = _mm256_loadu_si256(xq.add(xb * QK) as *const __m256i);
-                    let sy = _mm256_sign_epi8(y, wv);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), scv);
-                    let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
-                    acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
-                }
+                row_block::<NT, true>(wv, scv, d[b], 0.0, b, x, &mut acc, &mut macc);
             }
         }
     }
@@ -321,24 +321,11 @@ macro_rules! x8_kernels {
                 // Sub-scales apply per half: signed quants in runs of 4 are `I8S16x8`'s (a constant,
                 // so the unsigned and 8-bit kernels carry no test for them).
                 let subs = if SIGNED && RUN == 4 { g.s } else { None };
+                // With VNNI, every layout without sub-scales goes straight into the 32-bit sums:
+                // no 16-bit stage to bound.
+                let direct_vnni = VNNI && !(SIGNED && RUN == 4);
                 for b in 0..nb {
                     let mut isum = [_mm256_setzero_si256(); NT];
-                    if VNNI && subs.is_none() {
-                        // Straight into the 32-bit sums: no 16-bit stage to bound.
-                        for c in 0..8 {
-                            // SAFETY (reads): as below.
-                            let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
-                            let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
-                            for t in 0..NT {
-                                let y = xq.add((t * nb + b) * QK + 4 * c);
-                                let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
-                                let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
-                                isum[t] = $dpbusd(isum[t], aw, yv);
-                            }
-                        }
-                        scale_block(g, b, &isum, x, &mut acc);
-                        continue;
-                    }
                     for run in 0..8 / RUN {
                         let mut part = [_mm256_setzero_si256(); NT];
                         for c in RUN * run..RUN * (run + 1) {
@@ -350,6 +337,10 @@ macro_rules! x8_kernels {
                                 let y = xq.add((t * nb + b) * QK + 4 * c);
                                 let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
                                 let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
+                                if direct_vnni {
+                                    isum[t] = $dpbusd(isum[t], aw, yv);
+                                    continue;
+                                }
                                 let p = _mm256_maddubs_epi16(aw, yv);
                                 part[t] = if RUN == 1 {
                                     p
@@ -357,6 +348,9 @@ macro_rules! x8_kernels {
                                     _mm256_add_epi16(part[t], p)
                                 };
                             }
+                        }
+                        if direct_vnni {
+                            continue;
                         }
                         let mul = match subs {
                             // SAFETY (read): 32 sub-scales per block (checked above); `run` is the half.
