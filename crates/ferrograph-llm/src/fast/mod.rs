@@ -596,14 +596,9 @@ impl DecoderModel {
         let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
         let total = pos + t_n;
         let neox = cfg.neox_rope();
-        // Element-wise work and activation quantization are split over the kernels' pool
-        // when there are several tokens (one token's worth is too small to pay a dispatch).
-        let serial = kernels::pool::Pool::new(1);
-        let pool = if t_n > 1 {
-            kernels::pool::global()
-        } else {
-            &serial
-        };
+        // Element-wise work and activation quantization are split over the kernels' pool by
+        // token rows (one token, as in decode, runs on the calling thread).
+        let pool = kernels::pool::global();
         for (li, layer) in w.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
             act.quantize_on(pool, &h, d);

@@ -708,30 +708,26 @@ impl QAct {
     /// [`QAct::quantize`] with the rows split over `pool`'s threads (the same result).
     pub fn quantize_on(&mut self, pool: &pool::Pool, x: &[f32], cols: usize) {
         let rows = x.len().checked_div(cols).unwrap_or(0);
-        let threads = pool.threads().min(rows);
-        if threads <= 1 {
+        if pool.threads().min(rows) <= 1 {
             return self.quantize(x, cols);
         }
         self.resize(x.len(), cols);
-        // Contiguous row ranges, one per thread; each writes only its own slices.
+        // The pool's row ranges; each thread writes only its own slices.
         let per_row = cols / QK;
-        let mut pieces = Vec::with_capacity(threads);
+        let mut pieces = Vec::with_capacity(pool.threads());
         let (mut q, mut d, mut s) = (&mut self.q[..], &mut self.d[..], &mut self.s[..]);
-        let mut start = 0;
-        for tid in 0..threads {
-            let end = rows * (tid + 1) / threads;
-            let n = end - start;
+        for r in pool.split(rows) {
+            let n = r.len();
             let (qh, qt) = std::mem::take(&mut q).split_at_mut(n * cols);
             let (dh, dt) = std::mem::take(&mut d).split_at_mut(n * per_row);
             let (sh, st) = std::mem::take(&mut s).split_at_mut(n * per_row);
             (q, d, s) = (qt, dt, st);
             pieces.push(parking_lot::Mutex::new((
-                start * cols..end * cols,
+                r.start * cols..r.end * cols,
                 qh,
                 dh,
                 sh,
             )));
-            start = end;
         }
         pool.run(&|tid| {
             if let Some(piece) = pieces.get(tid) {

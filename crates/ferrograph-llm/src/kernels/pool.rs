@@ -87,6 +87,45 @@ impl Pool {
         self.threads
     }
 
+    /// How `units` items are split over the threads: contiguous, non-empty ranges covering
+    /// `0..units` in order, at most one per thread (one, possibly empty, when `units` is 0).
+    pub fn split(&self, units: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let n = self.threads.min(units).max(1);
+        (0..n).map(move |i| units * i / n..units * (i + 1) / n)
+    }
+
+    /// Splits `data` into one contiguous piece per thread, each a whole number of `unit`
+    /// elements (the last takes any remainder), and calls `f(offset, piece)` on each in
+    /// parallel, `offset` being the piece's first index in `data`.
+    pub fn for_each_piece<T: Send>(
+        &self,
+        data: &mut [T],
+        unit: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let (len, unit) = (data.len(), unit.max(1));
+        let units = len / unit;
+        if self.threads.min(units) <= 1 {
+            return f(0, data);
+        }
+        let mut pieces = Vec::with_capacity(self.threads);
+        let mut rest = data;
+        for r in self.split(units) {
+            let start = r.start * unit;
+            let end = if r.end == units { len } else { r.end * unit };
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+            pieces.push(Mutex::new((start, head)));
+            rest = tail;
+        }
+        self.run(&|tid| {
+            if let Some(piece) = pieces.get(tid) {
+                let mut piece = piece.lock();
+                let (offset, data) = &mut *piece;
+                f(*offset, data);
+            }
+        });
+    }
+
     /// Calls `f(i)` for every `i` in `0..threads()`, in parallel, and returns when all calls
     /// have returned.
     pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
@@ -136,47 +175,6 @@ impl Pool {
         if self.inner.panicked.swap(false, Ordering::SeqCst) {
             panic!("a kernel worker panicked");
         }
-    }
-}
-
-impl Pool {
-    /// Splits `data` into one contiguous piece per thread, each a whole number of `unit`
-    /// elements (the last takes any remainder), and calls `f(offset, piece)` on each in
-    /// parallel, `offset` being the piece's first index in `data`.
-    pub fn for_each_piece<T: Send>(
-        &self,
-        data: &mut [T],
-        unit: usize,
-        f: &(dyn Fn(usize, &mut [T]) + Sync),
-    ) {
-        let unit = unit.max(1);
-        let units = data.len() / unit;
-        let threads = self.threads.min(units).max(1);
-        if threads == 1 {
-            f(0, data);
-            return;
-        }
-        let mut pieces = Vec::with_capacity(threads);
-        let mut rest = data;
-        let mut start = 0;
-        for tid in 0..threads {
-            let end = if tid + 1 == threads {
-                start + rest.len()
-            } else {
-                units * (tid + 1) / threads * unit
-            };
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
-            pieces.push(Mutex::new((start, head)));
-            rest = tail;
-            start = end;
-        }
-        self.run(&|tid| {
-            if let Some(piece) = pieces.get(tid) {
-                let mut piece = piece.lock();
-                let (offset, data) = &mut *piece;
-                f(*offset, data);
-            }
-        });
     }
 }
 

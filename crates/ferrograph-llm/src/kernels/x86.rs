@@ -320,10 +320,11 @@ macro_rules! x8_kernels {
                 let xq = x.q.as_ptr();
                 // Sub-scales apply per half: signed quants in runs of 4 are `I8S16x8`'s (a constant,
                 // so the unsigned and 8-bit kernels carry no test for them).
-                let subs = if SIGNED && RUN == 4 { g.s } else { None };
+                let has_subs = SIGNED && RUN == 4;
+                let subs = if has_subs { g.s } else { None };
                 // With VNNI, every layout without sub-scales goes straight into the 32-bit sums:
                 // no 16-bit stage to bound.
-                let direct_vnni = VNNI && !(SIGNED && RUN == 4);
+                let direct_vnni = VNNI && !has_subs;
                 for b in 0..nb {
                     let mut isum = [_mm256_setzero_si256(); NT];
                     for run in 0..8 / RUN {
