@@ -76,6 +76,8 @@ async fn one_run(
         max_rounds: 2,
         tool_timeout: Duration::from_secs(30),
         embedder: retrieval::minilm(),
+        team: Vec::new(),
+        labels: ferrograph_workflows::triage::agents::default_labels(),
     };
     let rt = Runtime::new().await?;
     let wf = TriageWorkflow::load(&rt, Arc::new(MemorySaver::new()), &settings)

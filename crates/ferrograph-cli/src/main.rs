@@ -2,9 +2,11 @@
 
 mod bench_workflow;
 mod config;
+mod eval;
 mod fraud;
 mod index;
 mod print;
+mod progress;
 
 /// Graph runs allocate many small, short-lived objects; mimalloc handles them several times
 /// faster than the system allocator.
@@ -53,9 +55,12 @@ enum Command {
         /// Thread id (default: a new one).
         #[arg(long)]
         thread: Option<String>,
-        /// Print events as they happen.
+        /// Print events as they happen (machine-readable lines on standard output).
         #[arg(long)]
         stream: bool,
+        /// No progress display on standard error.
+        #[arg(long, short)]
+        quiet: bool,
         /// Workflow arguments (for example `fraud --transaction TX-… --data DIR`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -102,6 +107,38 @@ enum Command {
     Fraud {
         #[command(subcommand)]
         what: fraud::FraudCommand,
+    },
+    /// Evaluations on real inputs (downloaded at run time into the cache).
+    Eval {
+        #[command(subcommand)]
+        what: EvalCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EvalCommand {
+    /// The triage workflow on real bugs of public packages: hit@1/hit@5 of the fixed file
+    /// beside plain lexical and vector search, and the quality of the report's text.
+    Triage {
+        /// The case file (see tests/eval/triage-cases.toml).
+        #[arg(long, default_value = "tests/eval/triage-cases.toml")]
+        cases: PathBuf,
+        /// A model to evaluate: a manifest name (`ferrograph models list`), a GGUF path, or
+        /// `none` (evidence and retrieval only). Repeat for several; default SmolLM2.
+        #[arg(long = "model")]
+        models: Vec<String>,
+        /// Only the cases marked `smoke` (three small packages).
+        #[arg(long)]
+        smoke: bool,
+        /// Only this case (repeatable).
+        #[arg(long = "case")]
+        only: Vec<String>,
+        /// Output folder: results.json, summary.md and one SVG plot per measure.
+        #[arg(long, default_value = "eval-report")]
+        out: PathBuf,
+        /// No download progress bars.
+        #[arg(long, short)]
+        quiet: bool,
     },
 }
 
@@ -157,6 +194,9 @@ struct ResumeArgs {
     /// Print events as they happen.
     #[arg(long)]
     stream: bool,
+    /// No progress display on standard error.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -306,6 +346,7 @@ impl App {
         if let Some(t) = self.config.run_timeout {
             c = c.timeout(t);
         }
+        // The progress display reads the same events as `--stream`.
         if stream {
             c = c.stream(
                 StreamModes::NONE
@@ -334,11 +375,13 @@ impl App {
         input: JsonInput,
         thread: &str,
         stream: bool,
+        quiet: bool,
     ) -> Result<ExitCode> {
         let entry = self.entry(workflow)?;
+        let mut progress = (!quiet).then(progress::Progress::new);
         let mut run = entry
             .workflow
-            .start(input, self.run_config(thread, stream))
+            .start(input, self.run_config(thread, stream || progress.is_some()))
             .await?;
         let runtime = self.runtime.clone();
         let ctrl_c = tokio::spawn(async move {
@@ -351,6 +394,12 @@ impl App {
             if stream {
                 print::event(&ev);
             }
+            if let Some(p) = progress.as_mut() {
+                p.event(&ev);
+            }
+        }
+        if let Some(p) = progress.as_mut() {
+            p.finish();
         }
         let outcome = run.outcome().await;
         ctrl_c.abort();
@@ -371,6 +420,7 @@ impl App {
 
 fn exit_code(o: &JsonOutcome) -> ExitCode {
     match o.status {
+        "done" if print::failed(o) => ExitCode::from(3),
         "done" => ExitCode::SUCCESS,
         "interrupted" => ExitCode::from(2),
         "timed_out" => ExitCode::from(4),
@@ -733,6 +783,28 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             fraud::run(what, &config.data_dir)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Eval {
+            what:
+                EvalCommand::Triage {
+                    cases,
+                    models,
+                    smoke,
+                    only,
+                    out,
+                    quiet,
+                },
+        } => {
+            eval::run(&eval::EvalOptions {
+                cases,
+                models,
+                smoke,
+                only,
+                out,
+                quiet,
+            })
+            .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
     let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
@@ -742,6 +814,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             input,
             thread,
             stream,
+            quiet,
             args,
         } => {
             let entry = app.entry(&workflow)?;
@@ -763,7 +836,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 format!("{workflow}-{}", &ferrograph::core::id::random_id()[..12])
             });
             print::line(format!("running {workflow} on thread {thread}"));
-            app.execute(&workflow, JsonInput::Update(input), &thread, stream)
+            app.execute(&workflow, JsonInput::Update(input), &thread, stream, quiet)
                 .await
         }
         Command::Resume(args) => {
@@ -777,7 +850,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 (Some(v), None) => JsonInput::Resume(Resume::value(v)),
                 (Some(v), Some(id)) => JsonInput::Resume(Resume::by_id([(id, v)])),
             };
-            app.execute(&info.graph, input, &args.thread, args.stream)
+            app.execute(&info.graph, input, &args.thread, args.stream, args.quiet)
                 .await
         }
         Command::Workflows => {
@@ -834,7 +907,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         Command::Bench { .. }
         | Command::Models { .. }
         | Command::Index { .. }
-        | Command::Fraud { .. } => Ok(ExitCode::SUCCESS),
+        | Command::Fraud { .. }
+        | Command::Eval { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -83,6 +83,11 @@ pub fn event(ev: &JsonEvent) {
     }
 }
 
+/// Whether a run that finished reports failure in its own state (`status: FAILED`).
+pub fn failed(o: &JsonOutcome) -> bool {
+    o.state.get("status").and_then(Value::as_str) == Some("FAILED")
+}
+
 /// Prints how a run ended; for interrupts, the payload and the exact resume commands.
 pub fn outcome(o: &JsonOutcome, workflow: &str) {
     match o.state.get("report_files").filter(|f| f.is_object()) {
@@ -110,6 +115,9 @@ pub fn outcome(o: &JsonOutcome, workflow: &str) {
     }
     let thread = o.thread_id.clone().unwrap_or_default();
     match o.status {
+        "done" if failed(o) => line(format!(
+            "\n✘ {workflow} failed (thread {thread}); see the error above and the report"
+        )),
         "done" => line(format!("\n✔ {workflow} finished (thread {thread})")),
         "interrupted" => {
             line(format!(

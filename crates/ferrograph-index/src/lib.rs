@@ -37,6 +37,7 @@ pub mod embed;
 pub mod error;
 mod graph;
 pub mod index;
+pub mod lexical;
 pub mod retriever;
 #[cfg(feature = "tools")]
 pub mod searcher;
@@ -52,5 +53,6 @@ pub use error::{IndexError, Result};
 pub use index::{
     is_index, CommitReport, GraphSource, HnswParams, Index, IndexConfig, IndexStats, SearchOptions,
 };
+pub use lexical::{code_tokens, reciprocal_rank_fusion, CodeTokenizer, LexicalIndex};
 pub use retriever::{PerFilter, Query, Retriever};
 pub use types::{ChunkMeta, DocumentUpdate, Filter, Hit, NewChunk};

@@ -656,6 +656,9 @@ impl Engine {
                     c.wrap_up(&mut logits, &shared.specials.stop_ids);
                 }
             }
+            if let Some(n) = options.no_repeat_ngram {
+                crate::sampling::block_repeated_ngrams(&mut logits, &generated, n);
+            }
             let tok = sampler.sample(&mut logits, &history);
             if ttft.is_none() {
                 ttft = Some(started.elapsed());

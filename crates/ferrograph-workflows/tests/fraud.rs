@@ -251,55 +251,63 @@ async fn every_planted_pattern_is_rated_above_every_legitimate_case() {
 #[tokio::test]
 async fn llm_failure_and_invalid_answers_fall_back_to_the_sequence() {
     let store = tempfile::tempdir().unwrap();
-    let model = Scripted::new(vec![
-        Err("connection refused"),
-        Ok("this is not json"),
-        choice("similarity_tool"),
-    ]);
-    let wf = workflow(settings(store.path(), Some(model.clone())), None).await;
+    // The model is asked only where the rules leave a choice: after the context (pattern or
+    // similarity first) and after the recommendations (rule draft or COMPLETE).
+    let model = Scripted::new(vec![Err("connection refused"), Ok("this is not json")]);
+    let mut s = settings(store.path(), Some(model.clone()));
+    s.flags.reasoning_llm_enabled = false;
+    let wf = workflow(s, None).await;
     let out = run(&wf, &case("account_takeover"), "llm-fail").await;
     assert_eq!(out.state["status"], "COMPLETED");
     assert_eq!(steps(&out.state), ALL);
     let d = out.state["planner_decisions"].as_array().unwrap();
-    assert!(d[0]["used_fallback"].as_bool().unwrap());
-    assert!(
-        d[0]["rejected"]
-            .as_str()
-            .unwrap()
-            .contains("planner LLM failed"),
-        "{}",
-        d[0]
-    );
+    let forced: Vec<bool> = d.iter().map(|x| x["forced"] == true).collect();
+    assert_eq!(forced, [true, false, true, true, true, false, true]);
+    assert!(d[1]["used_fallback"].as_bool().unwrap());
     assert!(
         d[1]["rejected"]
             .as_str()
             .unwrap()
-            .contains("planner answer invalid"),
+            .contains("planner LLM failed"),
         "{}",
         d[1]
     );
-    // The third answer was valid and followed (context and pattern ran by fallback).
-    assert_eq!(d[2]["used_fallback"], false);
-    assert_eq!(d[2]["selected_tool"], "similarity_tool");
-    // The reasoning tool's LLM call also failed (script exhausted): rules took over.
-    assert_eq!(out.state["reasoning"]["method"], "rules_fallback");
+    assert!(
+        d[5]["rejected"]
+            .as_str()
+            .unwrap()
+            .contains("planner answer invalid"),
+        "{}",
+        d[5]
+    );
+    assert_eq!(*model.asked.lock().unwrap(), 2);
 }
 
 #[tokio::test]
-async fn a_scripted_planner_breaking_every_safety_rule_is_overruled() {
+async fn the_model_chooses_only_among_the_steps_the_rules_allow() {
     let store = tempfile::tempdir().unwrap();
-    let model = Scripted::new(vec![
-        // Each answer breaks a rule in the state it meets (the fallback then runs the next
-        // tool of the sequence): context, pattern, similarity, reasoning, recommendation,
-        // rule draft, and finally COMPLETE.
-        choice("pattern_tool"),        // context first
-        choice("COMPLETE"),            // complete before recommendations
-        choice("reasoning_tool"),      // analysis before reasoning
-        choice("recommendation_tool"), // recommendation too early
-        choice("rule_draft_tool"),     // rule draft before recommendation
-        choice("wire_money"),          // not registered
-        choice("context_tool"),        // repeat
-    ]);
+    let model = Scripted::new(vec![choice("similarity_tool"), choice("COMPLETE")]);
+    let mut s = settings(store.path(), Some(model.clone()));
+    s.flags.reasoning_llm_enabled = false;
+    let wf = workflow(s, None).await;
+    let out = run(&wf, &case("velocity_burst"), "choices").await;
+    let d = out.state["planner_decisions"].as_array().unwrap();
+    // Both choices were legal and followed: similarity before pattern, and COMPLETE
+    // instead of a rule draft.
+    assert_eq!(d[1]["selected_tool"], "similarity_tool");
+    assert_eq!(d[1]["used_fallback"], false);
+    assert_eq!(d[2]["selected_tool"], "pattern_tool");
+    assert_eq!(d.last().unwrap()["selected_tool"], "COMPLETE");
+    assert_eq!(d.last().unwrap()["used_fallback"], false);
+    assert!(d.iter().all(|x| x["used_fallback"] == false));
+    assert!(!steps(&out.state).contains(&"rule_draft_tool".to_string()));
+}
+
+#[tokio::test]
+async fn a_scripted_planner_breaking_a_safety_rule_is_overruled() {
+    let store = tempfile::tempdir().unwrap();
+    // A model that ignores its schema: each answer breaks a rule in the state it meets.
+    let model = Scripted::new(vec![choice("reasoning_tool"), choice("wire_money")]);
     let mut s = settings(store.path(), Some(model.clone()));
     s.flags.reasoning_llm_enabled = false;
     let wf = workflow(s, None).await;
@@ -310,28 +318,15 @@ async fn a_scripted_planner_breaking_every_safety_rule_is_overruled() {
         "the fallback sequence still ran every tool once"
     );
     let d = out.state["planner_decisions"].as_array().unwrap();
-    let expect = [
-        "context_tool must run first",
-        "COMPLETE before recommendation_tool ran",
-        "reasoning_tool needs pattern_tool and similarity_tool first",
-        "recommendation_tool needs the analysis tools",
-        "rule_draft_tool needs recommendation_tool first",
-        "is not a registered tool",
-        "already ran",
-    ];
-    for (i, want) in expect.iter().enumerate() {
+    for (i, want) in [
+        (1, "reasoning_tool needs pattern_tool and similarity_tool first"),
+        (5, "is not a registered tool"),
+    ] {
         assert_eq!(d[i]["used_fallback"], true, "decision {i}: {}", d[i]);
         let why = d[i]["rejected"].as_str().unwrap();
-        assert!(
-            why.contains(want),
-            "decision {i}: expected `{want}` in `{why}`"
-        );
+        assert!(why.contains(want), "decision {i}: expected `{want}` in `{why}`");
     }
-    assert_eq!(
-        *model.asked.lock().unwrap(),
-        7,
-        "7 planner calls; the 7th decision (fallback) is COMPLETE"
-    );
+    assert_eq!(*model.asked.lock().unwrap(), 2);
 }
 
 /// A tool that sleeps, standing in for a hung dependency.

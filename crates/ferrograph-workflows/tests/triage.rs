@@ -8,6 +8,7 @@ use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, JsonOutcome, Workflow};
 use ferrograph_index::{Embedder, HashEmbedder};
 use ferrograph_llm::{ChatModel, GenerateOptions, LlmError, TokenSink};
+use ferrograph_workflows::triage::check::{self, CheckContext, Problem};
 use ferrograph_workflows::triage::models::Gate;
 use ferrograph_workflows::triage::state::agent;
 use ferrograph_workflows::triage::{
@@ -23,6 +24,24 @@ fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/triage")
         .join(rel)
+}
+
+/// Every file under `root`, relative, with `/` separators.
+fn walk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap();
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    out
 }
 
 fn input(out: &Path) -> Value {
@@ -67,18 +86,18 @@ fn role_of(messages: &[Message], options: &GenerateOptions) -> &'static str {
     let last = &messages.last().unwrap().content;
     if !options.tools.is_empty() {
         "tool_request"
-    } else if last.contains("Your role: investigator") {
+    } else if last.contains("Role: investigator") {
         "investigator"
-    } else if last.contains("Search results:") {
+    } else if last.contains("Role: docs researcher") {
         "synthesis"
-    } else if last.contains("Your role: code analyst") {
+    } else if last.contains("Role: code analyst") {
         "codebase"
-    } else if last.contains("Your role: critic") {
+    } else if last.contains("Role: critic") {
         "critic"
-    } else if last.contains("triage report") {
-        "report"
-    } else if last.contains("issue comment") {
-        "comment"
+    } else if last.contains("Write the root cause") {
+        "root_cause"
+    } else if last.contains("Write the suggested fix") {
+        "fix"
     } else {
         "ticket"
     }
@@ -114,28 +133,20 @@ fn ai(v: Value) -> Option<Message> {
 }
 
 fn hypothesis() -> Option<Message> {
-    ai(json!({"summary": "stacked percentage discounts overshoot",
-        "hypothesis": "apply_discounts sums the percentages of stacked codes",
-        "affected_areas": ["discounts"], "keywords_for_search": ["apply_discounts", "percentage"],
-        "error_messages": ["ValueError: invoice total cannot be negative: -12.50"],
-        "confidence": 0.6, "reasoning": "the traceback passes through apply_discounts"}))
+    ai(json!({
+        "hypothesis": "apply_discounts in discounts.py sums the percentages of stacked codes",
+        "affected_areas": ["apply_discounts"]}))
 }
 
-fn critique(verdict: &str, ready: bool) -> Option<Message> {
-    ai(
-        json!({"summary": "review", "verdict": verdict, "confidence_adjustment": 0.2,
-        "gaps": ["no failing test"], "revised_hypothesis": null,
-        "ready_for_report": ready, "confidence": 0.7}),
-    )
+fn critique(verdict: &str) -> Option<Message> {
+    ai(json!({"verdict": verdict, "gaps": [],
+        "summary": "The discounts module is found but the checks do not all hold."}))
 }
 
 fn script(name: &'static str, primary: bool) -> Scripted {
     let garbled = None;
-    let codebase = ai(
-        json!({"summary": "discount stacking", "relevant_paths": ["ledgerlite/discounts.py"],
-        "root_cause_location": "nowhere.py:1-2", "explanation": "percentages are summed",
-        "confidence": 0.7}),
-    );
+    let codebase = ai(json!({"root_cause_location": "nowhere.py:1-2",
+        "explanation": "apply_discounts adds the percentages of stacked codes together"}));
     Scripted::new(
         name,
         vec![
@@ -158,38 +169,33 @@ fn script(name: &'static str, primary: bool) -> Scripted {
                     )],
                 ))],
             ),
+            // A looping summary is refused by the checks, the second answer is taken.
             (
                 "synthesis",
-                vec![ai(json!({"summary": "docs describe compounding",
-                "external_root_cause": "percentages must compound, not add",
-                "relevant_sources": ["stacking-discounts.md"], "confidence": 0.5, "reasoning": "r"}))],
+                vec![
+                    ai(json!({"summary": "discount discount discount discount discount discount discount discount",
+                        "relevant_sources": []})),
+                    ai(json!({"summary": "The documentation says stacked percentage discounts compound.",
+                        "relevant_sources": []})),
+                ],
             ),
-            // Both models garble the first code analysis: the agent sets its error field.
-            ("codebase", vec![garbled.clone(), codebase]),
-            // Round 1 is challenged, round 2 confirmed.
+            ("codebase", vec![codebase]),
+            ("critic", vec![critique("CHALLENGED"), critique("CONFIRMED")]),
             (
-                "critic",
-                vec![critique("CHALLENGED", false), critique("CONFIRMED", true)],
+                "root_cause",
+                vec![ai(json!({"root_cause":
+                    "apply_discounts in ledgerlite/discounts.py adds stacked percentages instead of compounding them."}))],
             ),
+            // Both answers invent a name: the fix is composed from the evidence.
             (
-                "report",
-                vec![ai(
-                    json!({"title": "Stacked discounts overshoot", "severity": "HIGH",
-                "root_cause": "percentages are summed", "affected_files": ["ledgerlite/discounts.py"],
-                "reproduction_steps": ["apply SPRING60 and LOYAL50"], "suggested_fix": "compound them",
-                "confidence": 0.8}),
-                )],
-            ),
-            (
-                "comment",
-                vec![Some(Message::ai("## Root cause\nPercentages are summed."))],
+                "fix",
+                vec![ai(json!({"suggested_fix": "Ask Leyla to rewrite frobnicate_totals in billing/engine.py."}))],
             ),
             (
                 "ticket",
-                vec![ai(
-                    json!({"title": "Fix discount stacking", "labels": ["bug"],
-                "assignee": null, "effort": "S"}),
-                )],
+                vec![ai(json!({"title": "Stacked discounts overshoot in apply_discounts",
+                    "severity": "HIGH", "effort": "S", "labels": ["bug", "made-up-label"],
+                    "assignee": "Leyla"}))],
             ),
         ],
     )
@@ -203,6 +209,8 @@ fn settings(data: &Path, llm: AgentLlm, embedder: retrieval::EmbedderFactory) ->
         max_rounds: 2,
         tool_timeout: Duration::from_secs(30),
         embedder,
+        team: Vec::new(),
+        labels: ferrograph_workflows::triage::agents::default_labels(),
     }
 }
 
@@ -246,23 +254,22 @@ async fn scripted_triage_follows_the_critic_and_handles_agent_errors() {
     .await
     .unwrap();
     let (_, s) = run(&wf, input(&out_dir), "scripted").await;
+    eprintln!("{:#?}", trace(&s));
+    eprintln!("{:#?}", s.critic_history);
+    eprintln!("{:#?}", s.field_checks);
 
     let r = |a: &str, round| (a.to_string(), round);
+    let t = trace(&s);
     assert_eq!(
-        trace(&s),
-        vec![
+        t[..4],
+        [
             r(agent::INVESTIGATOR, 1),
             r(agent::WEB_SEARCH, 1),
             r(agent::CODEBASE_SEARCH, 1),
-            r(agent::CODEBASE_SEARCH, 1), // its error field was set: re-routed
             r(agent::CRITIC, 1),
-            r(agent::INVESTIGATOR, 2), // CHALLENGED → REJECTED → a second round
-            r(agent::CODEBASE_SEARCH, 2),
-            r(agent::CRITIC, 2),
-            r(agent::WRITER, 2), // CONFIRMED and ready → APPROVED
-            r(agent::PUBLISH, 2),
         ]
     );
+    assert_eq!(t[t.len() - 2..], [r(agent::WRITER, s.round), r(agent::PUBLISH, s.round)]);
     // The garbled hypothesis is a schema error: not retried, the fallback answered once.
     let first = &s.agent_runs[0];
     assert!(first.ok);
@@ -271,43 +278,58 @@ async fn scripted_triage_follows_the_critic_and_handles_agent_errors() {
         (1, true)
     );
     assert_eq!(first.calls[0].model, "fallback");
-    // The failed code analysis appended no finding.
-    let failed = &s.agent_runs[2];
-    assert!(!failed.ok && failed.error.is_some());
-    let code_findings: Vec<_> = s
-        .findings
-        .iter()
-        .filter(|f| f.agent_name == agent::CODEBASE_SEARCH)
-        .collect();
+    let inv = s.investigator.as_ref().unwrap();
+    assert!(inv.hypothesis.contains("apply_discounts"));
     assert_eq!(
-        code_findings.len(),
-        2,
-        "one per round, none for the failed run"
+        inv.error_messages,
+        vec!["ValueError: invoice total cannot be negative: -12.50"],
+        "the error line is extracted by code, verbatim"
     );
-    // The scripted location was not retrieved, so it is dropped; the path was kept.
-    let cb = s.codebase.as_ref().unwrap();
-    assert_eq!(cb.root_cause_location, None);
-    assert!(cb.relevant_files.iter().all(|f| !f.path.is_empty()));
-    assert_eq!(
-        s.critic_history
+    let check = |agent: &str, field: &str| {
+        s.field_checks
             .iter()
-            .map(|v| (v.verdict, v.round))
-            .collect::<Vec<_>>(),
-        vec![(Gate::Rejected, 1), (Gate::Approved, 2)]
-    );
-    assert_eq!(
-        s.critic_history[0].required_evidence,
-        vec!["no failing test"]
-    );
+            .find(|c| c.agent == agent && c.field == field && c.round == 1)
+            .unwrap_or_else(|| panic!("no check of {agent}.{field}"))
+            .clone()
+    };
+    // The looping docs summary was refused and asked again.
+    let web = check(agent::WEB_SEARCH, "summary");
+    assert_eq!(web.source, "model_retry", "{web:?}");
+    assert!(web.problems.iter().any(|p| p.contains("repeat")), "{web:?}");
+    // The invented fix was refused twice and composed from the evidence.
+    let fix = s
+        .field_checks
+        .iter()
+        .find(|c| c.field == "suggested_fix")
+        .unwrap();
+    assert_eq!(fix.source, "composed", "{fix:?}");
+    let w = s.writer.as_ref().unwrap();
+    assert!(!w.report.suggested_fix.contains("Leyla"));
+    assert!(!w.report.suggested_fix.contains("frobnicate"));
+    assert!(!w.report.suggested_fix.trim().is_empty());
+    // The model's root cause passed its checks and was kept.
+    assert!(w.report.root_cause.contains("compounding"));
+    // The ticket keeps only configured labels and no invented assignee.
+    assert_eq!(w.ticket_labels, vec!["bug"]);
+    assert_eq!(w.ticket_assignee_suggestion, "");
+    // The codebase finding: the scripted location was not retrieved, so it is dropped.
+    let cb = s.codebase.as_ref().unwrap();
+    assert_ne!(cb.root_cause_location.as_deref(), Some("nowhere.py:1-2"));
+    assert!(cb.relevant_files.iter().all(|f| !f.path.is_empty()));
+    // A rejection names a gap, and a second round searched for it.
+    for v in &s.critic_history {
+        if v.verdict == Gate::Rejected {
+            assert!(!v.gaps.is_empty(), "{v:?}");
+        }
+    }
+    if s.round == 2 {
+        let asked = &s.critic_history[0].required_evidence;
+        assert!(asked.iter().all(|t| s.searched_terms.contains(t)));
+    }
     // The docs search ran as a tool call and its result was kept.
     let web = s.web_search.as_ref().unwrap();
     assert_eq!(web.queries, vec!["stacking percentage discounts"]);
     assert_eq!(s.agent_runs[1].tool_calls, 1);
-    // The writer's three sub-calls were merged.
-    let w = s.writer.as_ref().unwrap();
-    assert_eq!(w.ticket_title, "Fix discount stacking");
-    assert_eq!(w.ticket_assignee_suggestion, "");
-    assert_eq!(s.agent_runs.last().unwrap().calls.len(), 3);
     assert_eq!(s.status, "COMPLETED");
     // Report files and the trace.
     let files = s.report_files.as_ref().unwrap();
@@ -315,14 +337,15 @@ async fn scripted_triage_follows_the_critic_and_handles_agent_errors() {
         serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
     assert_eq!(report["writer"]["report"]["severity"], "HIGH");
     let md = std::fs::read_to_string(&files.markdown).unwrap();
-    assert!(md.contains("Stacked discounts overshoot") && md.contains("## Routing"));
+    assert!(md.contains("## Routing") && md.contains("composed"));
     let events = std::fs::read_to_string(out_dir.join("events.jsonl")).unwrap();
     assert!(events.contains("tool_start") && events.contains("docs_search"));
     assert!(events.contains("\"routing\"") && events.contains("report_written"));
+    assert!(events.contains("agent_start") && events.contains("index_progress"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_model_every_agent_reports_it_and_no_report_is_claimed() {
+async fn without_a_model_retrieval_and_evidence_still_make_a_marked_report() {
     let data = tempfile::tempdir().unwrap();
     let mut st = settings(
         data.path(),
@@ -335,10 +358,30 @@ async fn without_a_model_every_agent_reports_it_and_no_report_is_claimed() {
         .await
         .unwrap();
     let (_, s) = run(&wf, input(&data.path().join("out")), "nomodel").await;
-    assert_eq!(s.status, "FAILED");
-    assert!(s.writer.is_none() && s.findings.is_empty());
-    assert!(s.error.as_deref().unwrap().contains("no chat model"));
-    assert!(Path::new(&s.report_files.unwrap().markdown).exists());
+    // Every agent did its part from the evidence and retrieval alone.
+    for a in agent::ALL {
+        assert!(
+            s.agent_runs.iter().any(|r| r.agent == a && r.ok),
+            "{a} did not run"
+        );
+    }
+    assert!(s.agent_runs.iter().all(|r| r.calls.is_empty()));
+    let cb = s.codebase.as_ref().unwrap();
+    assert!(cb
+        .relevant_files
+        .iter()
+        .any(|f| f.path == "ledgerlite/discounts.py"));
+    // Every text field says it was composed because there was no model.
+    assert!(!s.field_checks.is_empty());
+    for c in &s.field_checks {
+        assert_eq!(c.source, "composed", "{c:?}");
+        assert!(c.problems.iter().any(|p| p == "no chat model"), "{c:?}");
+    }
+    let w = s.writer.as_ref().unwrap();
+    assert!(!w.report.root_cause.is_empty() && !w.report.suggested_fix.is_empty());
+    assert_eq!(s.status, "COMPLETED");
+    let md = std::fs::read_to_string(&s.report_files.unwrap().markdown).unwrap();
+    assert!(md.contains("no chat model"));
 }
 
 /// The real SmolLM2-135M with MiniLM retrieval on the fixture: structure, not prose.
@@ -374,20 +417,48 @@ async fn smollm2_triages_the_fixture_and_finds_the_planted_file() {
                 .collect::<Vec<_>>()
         );
     }
-    // Every output parsed into its type and stays inside the schema's bounds.
+    // The error line is extracted by code, verbatim.
     let inv = s.investigator.as_ref().unwrap();
-    assert!((0.0..=1.0).contains(&inv.base.confidence));
-    assert!(!inv.keywords_for_search.is_empty() && inv.keywords_for_search.len() <= 6);
     let errors = ferrograph_workflows::triage::agents::error_lines(&s.issue_body);
-    assert!(
-        inv.error_messages.iter().all(|e| errors.contains(e)),
-        "verbatim"
-    );
-    let cb = s.codebase.as_ref().unwrap();
-    assert!(cb.relevant_files.iter().any(|f| f.source == "model"));
+    assert!(!inv.error_messages.is_empty());
+    assert!(inv.error_messages.iter().all(|e| errors.contains(e)));
+    assert!(!inv.keywords_for_search.is_empty() && inv.keywords_for_search.len() <= 6);
+    // Judge the text a maintainer reads: no loops, no placeholders, no invented names, some
+    // real content, whichever source (model, retry or composed) it came from.
     let w = s.writer.as_ref().unwrap();
-    assert!((0.0..=1.0).contains(&w.report.confidence));
-    assert!(w.report.affected_files.len() <= 4 && !w.ticket_labels.is_empty());
+    let repo_files = walk(&fixture("repo"));
+    let mut known = CheckContext::new(&format!("{}\n{}", s.issue_title, s.issue_body), &s.issue_title);
+    known.extend(&repo_files.join("\n"));
+    known.extend(&ferrograph_workflows::triage::agents::default_labels().join("\n"));
+    known.extend(&std::fs::read_to_string(fixture("repo/ledgerlite/discounts.py")).unwrap());
+    let texts = [
+        ("hypothesis", inv.hypothesis.as_str(), 6),
+        ("root cause", w.report.root_cause.as_str(), 8),
+        ("suggested fix", w.report.suggested_fix.as_str(), 6),
+        ("ticket title", w.ticket_title.as_str(), 3),
+    ];
+    for (what, text, min_words) in texts {
+        let problems: Vec<_> = known
+            .problems(text, min_words)
+            .into_iter()
+            .filter(|p| !matches!(p, Problem::EchoesTitle))
+            .collect();
+        assert!(problems.is_empty(), "{what}: {text:?}: {problems:?}");
+    }
+    assert!(check::repetition(&w.github_comment_markdown).is_none());
+    assert!(check::placeholder(&w.github_comment_markdown).is_none());
+    assert!(w.ticket_assignee_suggestion.is_empty(), "no team is configured");
+    assert!(w
+        .ticket_labels
+        .iter()
+        .all(|l| ferrograph_workflows::triage::agents::default_labels().contains(l)));
+    assert!(w.report.affected_files.iter().all(|f| repo_files.contains(f)));
+    // A rejection names at least one gap.
+    for v in &s.critic_history {
+        if v.verdict == Gate::Rejected {
+            assert!(!v.gaps.is_empty() && v.gaps.iter().all(|g| g.trim().len() > 5), "{v:?}");
+        }
+    }
     // The critic's routing was followed.
     for v in &s.critic_history {
         let after_critic = s
@@ -398,11 +469,10 @@ async fn smollm2_triages_the_fixture_and_finds_the_planted_file() {
             .unwrap();
         match v.verdict {
             Gate::Approved => assert_eq!(after_critic.next, agent::WRITER),
-            Gate::Rejected if v.round < s.max_rounds => {
-                assert_eq!(
-                    (after_critic.next.as_str(), after_critic.round),
-                    (agent::INVESTIGATOR, v.round + 1)
-                )
+            Gate::Rejected if after_critic.next == agent::INVESTIGATOR => {
+                // A new round runs only to search for what the critic asked for.
+                assert_eq!(after_critic.round, v.round + 1);
+                assert!(v.round < s.max_rounds && !v.required_evidence.is_empty());
             }
             Gate::Rejected => assert_eq!(after_critic.next, agent::WRITER),
         }
@@ -420,13 +490,17 @@ async fn smollm2_triages_the_fixture_and_finds_the_planted_file() {
             .count()
             > 10
     );
-    // Retrieval found the file with the planted bug.
-    assert!(
-        cb.relevant_files
-            .iter()
-            .any(|f| f.path == "ledgerlite/discounts.py"),
+    // Retrieval ranked the file with the planted bug first, and the report leads with it.
+    let cb = s.codebase.as_ref().unwrap();
+    assert_eq!(
+        cb.relevant_files.first().map(|f| f.path.as_str()),
+        Some("ledgerlite/discounts.py"),
         "{:?}",
         cb.relevant_files
+    );
+    assert_eq!(
+        w.report.affected_files.first().map(String::as_str),
+        Some("ledgerlite/discounts.py")
     );
     // The shared system prompt was served from the prefix cache.
     let cached: u32 = s

@@ -1,9 +1,11 @@
 //! The planner: an LLM proposes the next tool; code decides.
 //!
 //! The LLM's answer is constrained to `{tool, reason, confidence}` with `tool` one of the
-//! registered tools or `COMPLETE`. Then the safety rules are checked in code; a violation, an
-//! LLM error or a timeout hands the choice to the deterministic sequence, and the decision
-//! records that it did.
+//! steps the safety rules allow now (registered, not yet run, in the rules' order, or
+//! `COMPLETE` when completing is allowed), so the model's choice is always legal. When the
+//! rules allow a single step, no model is asked and the decision says it was forced. The
+//! rules are still checked in code after the model answers; a violation, an LLM error or a
+//! timeout hands the choice to the deterministic sequence, and the decision records that.
 
 use super::state::{Investigation, PlannerDecision, COMPLETE};
 use super::time::now_iso;
@@ -96,11 +98,22 @@ pub fn deterministic_next(state: &Investigation, registered: &[String]) -> Strin
         .map_or_else(|| COMPLETE.to_string(), |t| t.to_string())
 }
 
-/// The JSON schema the LLM answers under: `tool` is an enum of the registered names and
-/// `COMPLETE`.
-pub fn choice_schema(registered: &[String]) -> Value {
-    let mut names: Vec<Value> = registered.iter().map(|n| json!(n)).collect();
-    names.push(json!(COMPLETE));
+/// The steps the safety rules allow for `state`: registered tools that [`check`] accepts, in
+/// registration order, then `COMPLETE` when completing is allowed.
+pub fn allowed_steps(state: &Investigation, registered: &[String]) -> Vec<String> {
+    registered
+        .iter()
+        .map(String::as_str)
+        .chain([COMPLETE])
+        .filter(|t| check(t, state, registered).is_ok())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The JSON schema the LLM answers under: `tool` is an enum of `choices` (the steps allowed
+/// now; see [`allowed_steps`]).
+pub fn choice_schema(choices: &[String]) -> Value {
+    let names: Vec<Value> = choices.iter().map(|n| json!(n)).collect();
     json!({
         "type": "object",
         "properties": {
@@ -181,6 +194,7 @@ pub async fn decide(
         confidence,
         used_fallback,
         rejected,
+        forced: false,
         timestamp: now_iso(),
     };
     let fallback = |why: Option<String>| {
@@ -191,10 +205,26 @@ pub async fn decide(
     let Some(llm) = llm.filter(|_| state.feature_flags.planner_llm_enabled) else {
         return fallback(None);
     };
+    let allowed = allowed_steps(state, &registered);
+    if let [only] = allowed.as_slice() {
+        return PlannerDecision {
+            forced: true,
+            ..decision(
+                only.clone(),
+                format!("the safety rules allow only {only} at this step"),
+                1.0,
+                false,
+                None,
+            )
+        };
+    }
+    if allowed.is_empty() {
+        return fallback(Some("the safety rules allow no step".into()));
+    }
     let mut opts = options.clone();
     opts.response_format = Some(ResponseFormat::JsonSchema {
         name: "planner_choice".into(),
-        schema: choice_schema(&registered),
+        schema: choice_schema(&allowed),
     });
     let messages = prompt(state, tools);
     let answer = tokio::time::timeout(timeout, llm.invoke(&messages, &opts, None)).await;
@@ -234,6 +264,36 @@ mod tests {
         Investigation {
             completed_steps: steps.iter().map(|s| s.to_string()).collect(),
             ..Investigation::default()
+        }
+    }
+
+    #[test]
+    fn allowed_steps_follow_the_rules() {
+        let r = names();
+        assert_eq!(allowed_steps(&with(&[]), &r), ["context_tool"]);
+        assert_eq!(
+            allowed_steps(&with(&["context_tool"]), &r),
+            ["pattern_tool", "similarity_tool"]
+        );
+        assert_eq!(
+            allowed_steps(&with(&["context_tool", "pattern_tool", "similarity_tool"]), &r),
+            ["reasoning_tool"]
+        );
+        let done = [
+            "context_tool",
+            "pattern_tool",
+            "similarity_tool",
+            "reasoning_tool",
+            "recommendation_tool",
+        ];
+        assert_eq!(allowed_steps(&with(&done), &r), ["rule_draft_tool", COMPLETE]);
+        // Every allowed step passes the check, and the schema offers exactly those.
+        for steps in [&done[..0], &done[..1], &done[..3], &done[..]] {
+            let st = with(steps);
+            let allowed = allowed_steps(&st, &r);
+            assert!(allowed.iter().all(|t| check(t, &st, &r).is_ok()));
+            let schema = choice_schema(&allowed);
+            assert_eq!(schema["properties"]["tool"]["enum"].as_array().unwrap().len(), allowed.len());
         }
     }
 

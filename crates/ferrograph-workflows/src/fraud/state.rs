@@ -60,6 +60,9 @@ pub struct PlannerDecision {
     pub used_fallback: bool,
     /// What the LLM proposed when it was overruled, and why.
     pub rejected: Option<String>,
+    /// Whether the safety rules allowed only this step, so no model was asked.
+    #[serde(default)]
+    pub forced: bool,
     /// When, ISO 8601.
     pub timestamp: String,
 }

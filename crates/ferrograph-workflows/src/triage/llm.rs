@@ -37,7 +37,9 @@ impl AgentLlm {
     /// `primary` greedy, retried 3 times; the fallback is `fallback` greedy, or `primary`
     /// again sampled at temperature 0.7 with a fixed seed when no second model is configured.
     pub fn new(primary: Arc<dyn ChatModel>, fallback: Option<Arc<dyn ChatModel>>) -> Self {
-        let base = GenerateOptions::greedy().max_context(4096);
+        // The repetition guard stops loops while decoding (the text checks catch the rest);
+        // eight tokens, so that a long identifier may be named twice.
+        let base = GenerateOptions::greedy().max_context(4096).no_repeat_ngram(8);
         let (fallback, fallback_options) = match fallback {
             Some(f) => (f, base.clone()),
             None => (
@@ -64,6 +66,22 @@ impl AgentLlm {
         patch: impl Fn(&mut Value),
         sink: Option<TokenSink>,
     ) -> (Result<T, LlmError>, LlmCall) {
+        self.structured_as(false, purpose, messages, max_tokens, patch, sink)
+            .await
+    }
+
+    /// [`AgentLlm::structured`], on the alternative configuration when `alternative` (the
+    /// fallback model, or the primary sampled instead of greedy) with no further fallback:
+    /// the second try of an answer whose text failed its checks.
+    pub async fn structured_as<T: JsonSchema + DeserializeOwned>(
+        &self,
+        alternative: bool,
+        purpose: &str,
+        messages: &[Message],
+        max_tokens: usize,
+        patch: impl Fn(&mut Value),
+        sink: Option<TokenSink>,
+    ) -> (Result<T, LlmError>, LlmCall) {
         let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
         patch(&mut schema);
         let name = schema
@@ -78,6 +96,7 @@ impl AgentLlm {
         let msgs = with_instruction(messages, &instruction);
         let format = ResponseFormat::JsonSchema { name, schema };
         self.call(
+            alternative,
             purpose,
             &msgs,
             |o| {
@@ -108,6 +127,7 @@ impl AgentLlm {
         sink: Option<TokenSink>,
     ) -> (Result<String, LlmError>, LlmCall) {
         self.call(
+            false,
             purpose,
             messages,
             |o| o.max_tokens = max_tokens,
@@ -137,6 +157,7 @@ impl AgentLlm {
         sink: Option<TokenSink>,
     ) -> (Result<Message, LlmError>, LlmCall) {
         self.call(
+            false,
             purpose,
             messages,
             |o| {
@@ -166,6 +187,7 @@ impl AgentLlm {
 
     async fn call<T>(
         &self,
+        alternative: bool,
         purpose: &str,
         messages: &[Message],
         set: impl Fn(&mut GenerateOptions),
@@ -173,6 +195,9 @@ impl AgentLlm {
         sink: Option<TokenSink>,
     ) -> (Result<T, LlmError>, LlmCall) {
         let started = Instant::now();
+        if alternative {
+            return self.call_alternative(purpose, messages, set, parse, sink).await;
+        }
         let mut rec = LlmCall {
             purpose: purpose.to_string(),
             model: self.primary.model_name(),
@@ -228,6 +253,43 @@ impl AgentLlm {
                 rec.completion_tokens,
             ) = *acc;
         }
+        rec.duration_ms = started.elapsed().as_millis() as u64;
+        rec.error = result.as_ref().err().map(|e| e.to_string());
+        (result, rec)
+    }
+}
+
+impl AgentLlm {
+    /// One call on the alternative configuration, not retried, no fallback.
+    async fn call_alternative<T>(
+        &self,
+        purpose: &str,
+        messages: &[Message],
+        set: impl Fn(&mut GenerateOptions),
+        parse: impl Fn(&Message) -> Result<T, LlmError>,
+        sink: Option<TokenSink>,
+    ) -> (Result<T, LlmError>, LlmCall) {
+        let started = Instant::now();
+        let mut rec = LlmCall {
+            purpose: format!("{purpose} (second try)"),
+            model: self.fallback.model_name(),
+            used_fallback: true,
+            attempts: 1,
+            ..LlmCall::default()
+        };
+        let mut opts = self.fallback_options.clone();
+        set(&mut opts);
+        let result = match self.fallback.invoke(messages, &opts, sink).await {
+            Ok(answer) => {
+                if let Some(u) = &answer.usage {
+                    rec.prompt_tokens = u.prompt_tokens;
+                    rec.cached_prompt_tokens = u.cached_prompt_tokens;
+                    rec.completion_tokens = u.completion_tokens;
+                }
+                parse(&answer)
+            }
+            Err(e) => Err(e),
+        };
         rec.duration_ms = started.elapsed().as_millis() as u64;
         rec.error = result.as_ref().err().map(|e| e.to_string());
         (result, rec)

@@ -28,6 +28,9 @@
 //! `ferrograph run triage --issue FILE --repo DIR [--docs DIR] [--out DIR]`.
 
 pub mod agents;
+pub mod check;
+pub mod eval;
+pub mod evidence;
 pub mod llm;
 pub mod models;
 pub mod report;
@@ -63,6 +66,24 @@ pub struct TriageSettings {
     pub tool_timeout: Duration,
     /// Makes the embedder of the indexes.
     pub embedder: retrieval::EmbedderFactory,
+    /// People a ticket may be assigned to (`FERROGRAPH_TRIAGE_TEAM`, comma-separated; empty:
+    /// no assignee is suggested).
+    pub team: Vec<String>,
+    /// Labels a ticket may carry (`FERROGRAPH_TRIAGE_LABELS`, comma-separated; default
+    /// [`agents::DEFAULT_LABELS`]).
+    pub labels: Vec<String>,
+}
+
+/// A comma-separated list from the environment variable `name` (empty when unset).
+fn env_list(name: &str) -> Vec<String> {
+    std::env::var(name)
+        .map(|v| {
+            v.split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl TriageSettings {
@@ -79,6 +100,15 @@ impl TriageSettings {
             max_rounds: 2,
             tool_timeout: w.tool_timeout.unwrap_or(Duration::from_secs(30)),
             embedder: retrieval::minilm(),
+            team: env_list("FERROGRAPH_TRIAGE_TEAM"),
+            labels: {
+                let l = env_list("FERROGRAPH_TRIAGE_LABELS");
+                if l.is_empty() {
+                    agents::default_labels()
+                } else {
+                    l
+                }
+            },
         }
     }
 }
@@ -92,6 +122,8 @@ pub fn graph(settings: &TriageSettings) -> Result<CompiledGraph<TriageState>, Co
             settings.embedder.clone(),
         ),
         tool_timeout: settings.tool_timeout,
+        team: settings.team.clone(),
+        labels: settings.labels.clone(),
     });
     let (max_iterations, max_rounds) = (settings.max_iterations, settings.max_rounds);
     let default_out = settings.data_dir.join("triage").join("runs");

@@ -77,36 +77,19 @@ pub fn to_agent_finding(
 // ---------------------------------------------------------------------------------------
 // Investigator
 
-/// The investigator's model answer.
+/// The investigator's model answer: one sentence and a choice. Error messages, stack
+/// frames, identifiers and keywords are extracted from the report in code (see
+/// [`super::evidence`]), not asked for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct InvestigatorOutput {
-    /// One-line summary of the bug.
-    #[schemars(length(min = 3, max = 160))]
-    pub summary: String,
-    /// Concise root-cause hypothesis.
-    #[schemars(length(min = 3, max = 300))]
+    /// One sentence: which code does what wrong.
+    #[schemars(length(min = 20, max = 220))]
     pub hypothesis: String,
-    /// Modules, classes or subsystems involved.
-    #[schemars(length(min = 1, max = 4))]
-    pub affected_areas: Vec<Short>,
-    /// Search-ready keywords for the code and docs searches.
-    #[schemars(length(min = 1, max = 6))]
-    pub keywords_for_search: Vec<Short>,
-    /// Error messages from the issue, verbatim (constrained to the issue's own lines).
-    #[schemars(length(max = 3))]
-    pub error_messages: Vec<String>,
-    /// How clearly the issue points to a root cause, 0..1.
-    #[schemars(range(min = 0.0, max = 1.0))]
-    pub confidence: f64,
-    /// Why.
-    #[schemars(length(max = 300))]
-    pub reasoning: String,
+    /// The code names most involved (constrained to the report's identifiers and the
+    /// repository's modules).
+    #[schemars(length(min = 1, max = 3))]
+    pub affected_areas: Vec<String>,
 }
-
-/// A short string (a keyword, an area name).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(transparent)]
-pub struct Short(#[schemars(length(min = 1, max = 48))] pub String);
 
 /// The investigator's finding (seed 001's `InvestigatorFinding`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -123,46 +106,18 @@ pub struct InvestigatorFinding {
     pub error_messages: Vec<String>,
 }
 
-impl InvestigatorFinding {
-    /// From the model's answer.
-    pub fn from_output(o: InvestigatorOutput) -> Self {
-        InvestigatorFinding {
-            base: FindingBase {
-                agent_name: "investigator".into(),
-                summary: o.summary,
-                confidence: o.confidence.clamp(0.0, 1.0),
-                reasoning: o.reasoning,
-                error: None,
-            },
-            hypothesis: o.hypothesis,
-            affected_areas: o.affected_areas.into_iter().map(|s| s.0).collect(),
-            keywords_for_search: o.keywords_for_search.into_iter().map(|s| s.0).collect(),
-            error_messages: o.error_messages,
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Web search (offline docs)
 
 /// The docs-search synthesis answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WebSearchOutput {
-    /// One-line summary of what the docs say about the bug.
-    #[schemars(length(min = 3, max = 160))]
+    /// One sentence: what the passages say about the bug (or that they say nothing).
+    #[schemars(length(min = 20, max = 200))]
     pub summary: String,
-    /// A known external cause (library behaviour, documented pitfall), if the docs show one.
-    #[schemars(length(max = 300))]
-    pub external_root_cause: String,
     /// The sources that matter (constrained to the sources the search returned).
-    #[schemars(length(max = 3))]
+    #[schemars(length(max = 2))]
     pub relevant_sources: Vec<String>,
-    /// Confidence, 0..1.
-    #[schemars(range(min = 0.0, max = 1.0))]
-    pub confidence: f64,
-    /// Why.
-    #[schemars(length(max = 300))]
-    pub reasoning: String,
 }
 
 /// One search result the web-search agent kept.
@@ -194,24 +149,16 @@ pub struct WebSearchFinding {
 // ---------------------------------------------------------------------------------------
 // Codebase search
 
-/// The codebase-search answer. Paths and the location are constrained to what retrieval
-/// returned.
+/// The codebase-search answer: which of the retrieved regions holds the root cause, and
+/// what is wrong there.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CodebaseOutput {
-    /// One-line summary.
-    #[schemars(length(min = 3, max = 160))]
-    pub summary: String,
-    /// The retrieved files most likely involved, most likely first.
-    #[schemars(length(min = 1, max = 3))]
-    pub relevant_paths: Vec<String>,
-    /// The retrieved code region most likely holding the root cause (`path:start-end`).
+    /// The retrieved code region most likely holding the root cause (`path:start-end`,
+    /// constrained to the regions shown).
     pub root_cause_location: String,
-    /// What is wrong there.
-    #[schemars(length(max = 300))]
+    /// One or two sentences: what that code does wrong.
+    #[schemars(length(min = 20, max = 240))]
     pub explanation: String,
-    /// Confidence, 0..1.
-    #[schemars(range(min = 0.0, max = 1.0))]
-    pub confidence: f64,
 }
 
 /// A file the codebase search points at (seed 001's `RelevantFile`).
@@ -256,28 +203,18 @@ pub enum Critique {
     Challenged,
 }
 
-/// The critic's model answer.
+/// The critic's model answer: a verdict, and the gaps it sees among the checks that failed
+/// (constrained to those).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CritiqueOutput {
-    /// One-line summary of the review.
-    #[schemars(length(min = 3, max = 160))]
-    pub summary: String,
     /// The verdict.
     pub verdict: Critique,
-    /// Delta applied to the overall confidence.
-    #[schemars(range(min = -0.5, max = 0.5))]
-    pub confidence_adjustment: f64,
-    /// Specific gaps or unsupported claims.
-    #[schemars(length(max = 3))]
-    pub gaps: Vec<Short>,
-    /// A better hypothesis, if the critic has one.
-    #[schemars(length(max = 300))]
-    pub revised_hypothesis: Option<String>,
-    /// Whether a report can be written now.
-    pub ready_for_report: bool,
-    /// Confidence in the review, 0..1.
-    #[schemars(range(min = 0.0, max = 1.0))]
-    pub confidence: f64,
+    /// Gaps, chosen among the failed checks.
+    #[schemars(length(max = 2))]
+    pub gaps: Vec<String>,
+    /// One sentence on why.
+    #[schemars(length(min = 15, max = 200))]
+    pub summary: String,
 }
 
 /// The critic's finding (seed 001's `CritiqueFinding`).
@@ -322,10 +259,16 @@ pub struct CriticVerdict {
     pub round: u32,
 }
 
-/// The deterministic mapping from the critic's review to the routing gate: approved only
-/// when the review is CONFIRMED *and* ready for a report; the gaps double as the required
-/// evidence; the confidence is 0.5 moved by the adjustment, clamped to 0..1.
-pub fn map_critique_to_verdict(c: &CritiqueFinding, round: u32) -> CriticVerdict {
+/// The deterministic mapping from the critic's review to the routing gate: approved when
+/// the review is CONFIRMED and ready for a report (the critic's code sets readiness from its
+/// checks and a verdict that names no gap); a rejection carries its gaps, and the search
+/// terms that would close them as the required evidence; the confidence is 0.5 moved by the
+/// adjustment, clamped to 0..1.
+pub fn map_critique_to_verdict(
+    c: &CritiqueFinding,
+    required_evidence: Vec<String>,
+    round: u32,
+) -> CriticVerdict {
     let approved = c.verdict == Critique::Confirmed && c.ready_for_report;
     CriticVerdict {
         verdict: if approved {
@@ -334,7 +277,11 @@ pub fn map_critique_to_verdict(c: &CritiqueFinding, round: u32) -> CriticVerdict
             Gate::Rejected
         },
         gaps: if approved { Vec::new() } else { c.gaps.clone() },
-        required_evidence: if approved { Vec::new() } else { c.gaps.clone() },
+        required_evidence: if approved {
+            Vec::new()
+        } else {
+            required_evidence
+        },
         confidence: (0.5 + c.confidence_adjustment).clamp(0.0, 1.0),
         round,
     }
@@ -414,19 +361,37 @@ pub enum Effort {
     XL,
 }
 
-/// Ticket fields (the writer's ticket sub-call).
+/// The writer's root-cause sub-call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct TicketFields {
-    /// Ticket title.
-    #[schemars(length(min = 3, max = 100))]
+pub struct RootCauseOutput {
+    /// One or two sentences: what is wrong, where.
+    #[schemars(length(min = 30, max = 300))]
+    pub root_cause: String,
+}
+
+/// The writer's fix sub-call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FixOutput {
+    /// One or two sentences: the change to make.
+    #[schemars(length(min = 20, max = 240))]
+    pub suggested_fix: String,
+}
+
+/// The writer's ticket sub-call: the title and the choices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TicketOutput {
+    /// Ticket title: the symptom and where.
+    #[schemars(length(min = 12, max = 90))]
     pub title: String,
-    /// Labels.
-    #[schemars(length(min = 1, max = 4))]
-    pub labels: Vec<Short>,
-    /// Suggested owner, if one is apparent.
-    pub assignee: Option<Short>,
+    /// Severity.
+    pub severity: Severity,
     /// Effort.
     pub effort: Effort,
+    /// Labels (constrained to the configured vocabulary).
+    #[schemars(length(min = 1, max = 3))]
+    pub labels: Vec<String>,
+    /// Assignee (constrained to the configured team; empty when there is none).
+    pub assignee: String,
 }
 
 /// The writer's merged output (seed 001's `WriterOutput`).
@@ -446,30 +411,6 @@ pub struct WriterOutput {
     pub ticket_assignee_suggestion: String,
     /// Effort estimate.
     pub ticket_effort_estimate: Effort,
-}
-
-/// Merges the writer's three parallel sub-results (seed 001's `merge_writer_outputs`): the
-/// report's confidence becomes the writer's, a missing assignee becomes "".
-pub fn merge_writer_outputs(
-    report: TriageReport,
-    comment: String,
-    ticket: TicketFields,
-) -> WriterOutput {
-    WriterOutput {
-        base: FindingBase {
-            agent_name: "writer".into(),
-            summary: format!("Triage complete: {} severity", report.severity.as_str()),
-            confidence: report.confidence.clamp(0.0, 1.0),
-            reasoning: "Final report generated from accumulated findings.".into(),
-            error: None,
-        },
-        github_comment_markdown: comment,
-        ticket_title: ticket.title,
-        ticket_labels: ticket.labels.into_iter().map(|l| l.0).collect(),
-        ticket_assignee_suggestion: ticket.assignee.map(|a| a.0).unwrap_or_default(),
-        ticket_effort_estimate: ticket.effort,
-        report,
-    }
 }
 
 #[cfg(test)]
@@ -493,7 +434,7 @@ mod tests {
 
     #[test]
     fn only_a_confirmed_ready_review_is_approved() {
-        let v = map_critique_to_verdict(&critique(Critique::Confirmed, true, 0.2), 1);
+        let v = map_critique_to_verdict(&critique(Critique::Confirmed, true, 0.2), vec!["x".into()], 1);
         assert_eq!(v.verdict, Gate::Approved);
         assert!(v.gaps.is_empty() && v.required_evidence.is_empty());
         assert!((v.confidence - 0.7).abs() < 1e-9);
@@ -502,50 +443,25 @@ mod tests {
             (Critique::Uncertain, true),
             (Critique::Challenged, true),
         ] {
-            let v = map_critique_to_verdict(&critique(c, ready, -0.9), 2);
+            let v = map_critique_to_verdict(&critique(c, ready, -0.9), vec!["apply_discounts".into()], 2);
             assert_eq!(v.verdict, Gate::Rejected, "{c:?} ready={ready}");
-            assert_eq!(v.required_evidence, v.gaps);
+            assert_eq!(v.required_evidence, vec!["apply_discounts"]);
+            assert_eq!(v.gaps, vec!["no test reproduces it"]);
             assert_eq!(v.confidence, 0.0);
             assert_eq!(v.round, 2);
         }
     }
 
     #[test]
-    fn writer_merge_maps_every_field() {
-        let report = TriageReport {
-            title: "t".into(),
-            severity: Severity::High,
-            root_cause: "rc".into(),
-            affected_files: vec!["a.py".into()],
-            reproduction_steps: vec![Step("run".into())],
-            suggested_fix: "fix".into(),
-            confidence: 0.8,
-        };
-        let ticket = TicketFields {
-            title: "T".into(),
-            labels: vec![Short("bug".into())],
-            assignee: None,
-            effort: Effort::S,
-        };
-        let w = merge_writer_outputs(report.clone(), "## c".into(), ticket);
-        assert_eq!(w.base.agent_name, "writer");
-        assert_eq!(w.base.summary, "Triage complete: HIGH severity");
-        assert_eq!(w.base.confidence, 0.8);
-        assert_eq!(w.ticket_assignee_suggestion, "");
-        assert_eq!(w.ticket_labels, vec!["bug"]);
-        assert_eq!(w.report, report);
-        assert_eq!(w.ticket_effort_estimate, Effort::S);
-    }
-
-    #[test]
     fn output_schemas_are_bounded() {
         let s = serde_json::to_value(schemars::schema_for!(InvestigatorOutput)).unwrap();
         let p = &s["properties"];
-        assert_eq!(p["summary"]["maxLength"], 160);
-        assert_eq!(p["keywords_for_search"]["maxItems"], 6);
-        assert_eq!(p["confidence"]["maximum"], 1.0);
+        assert_eq!(p["hypothesis"]["maxLength"], 220);
+        assert_eq!(p["affected_areas"]["maxItems"], 3);
         let c = serde_json::to_value(schemars::schema_for!(CritiqueOutput)).unwrap();
         let verdict = serde_json::to_string(&c).unwrap();
         assert!(verdict.contains("CONFIRMED") && verdict.contains("CHALLENGED"));
+        let t = serde_json::to_value(schemars::schema_for!(TicketOutput)).unwrap();
+        assert_eq!(t["properties"]["title"]["maxLength"], 90);
     }
 }

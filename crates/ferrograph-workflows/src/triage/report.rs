@@ -23,6 +23,8 @@ pub fn json(s: &TriageState) -> Value {
         "critique": s.critique,
         "critic_verdicts": s.critic_history,
         "findings": s.findings,
+        "field_checks": s.field_checks,
+        "searched_terms": s.searched_terms,
         "agent_runs": s.agent_runs,
         "routing": s.routing,
     })
@@ -110,6 +112,28 @@ pub fn markdown(s: &TriageState) -> String {
                 } else {
                     format!(", gaps: {}", v.gaps.join("; "))
                 }
+            );
+        }
+        md.push('\n');
+    }
+    if !s.field_checks.is_empty() {
+        let _ = writeln!(md, "## Where the text comes from\n");
+        let _ = writeln!(
+            md,
+            "Every free-text field is checked (no loops, real content, no names outside the evidence). \
+             `model`: the first answer passed; `model_retry`: the second try passed; `composed`: \
+             written in code from the evidence after two refused answers (or without a model).\n"
+        );
+        let _ = writeln!(md, "| agent | round | field | source | refused because |\n|---|---|---|---|---|");
+        for c in &s.field_checks {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} |",
+                c.agent,
+                c.round,
+                c.field,
+                c.source,
+                clip(&c.problems.join("; "), 160).replace('|', "\\|").replace('\n', " ")
             );
         }
         md.push('\n');

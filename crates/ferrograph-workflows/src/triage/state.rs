@@ -4,6 +4,7 @@
 //! decisions) are append-only. The latest output of each agent is kept whole beside them so
 //! the next agent reads typed fields, not text.
 
+use super::check::FieldCheck;
 use super::models::{
     AgentFinding, CodebaseFinding, CriticVerdict, CritiqueFinding, InvestigatorFinding,
     WebSearchFinding, WriterOutput,
@@ -153,6 +154,13 @@ pub struct TriageState {
     pub writer: Option<WriterOutput>,
 
     // Audit trail
+    /// Where every checked free-text field came from (model, second try, or composed from
+    /// the evidence), with what the refused answers had wrong.
+    #[reducer(append)]
+    pub field_checks: Vec<FieldCheck>,
+    /// Search terms the codebase search has used; a new round runs only to search for more.
+    #[reducer(append)]
+    pub searched_terms: Vec<String>,
     /// Every agent run.
     #[reducer(append)]
     pub agent_runs: Vec<AgentRun>,
