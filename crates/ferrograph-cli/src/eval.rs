@@ -9,8 +9,8 @@ use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, Workflow};
 use ferrograph_llm::{ChatModel, LocalChatModel};
 use ferrograph_workflows::triage::eval::{
-    baseline_query, load_cases, markdown_table, rank_of, summarize, svg_bars, CaseResult,
-    EvalCase, ModelSummary,
+    baseline_query, load_cases, markdown_table, rank_of, summarize, svg_bars, CaseResult, EvalCase,
+    ModelSummary,
 };
 use ferrograph_workflows::triage::{
     agents, llm::AgentLlm, retrieval, TriageSettings, TriageState, TriageWorkflow,
@@ -62,7 +62,10 @@ fn resolve_model(spec: &str) -> Result<EvalModel> {
             path.to_path_buf(),
         )
     } else {
-        (spec.to_string(), ferrograph_llm::manifest::ensure_model(spec)?)
+        (
+            spec.to_string(),
+            ferrograph_llm::manifest::ensure_model(spec)?,
+        )
     };
     Ok(EvalModel {
         label,
@@ -141,7 +144,11 @@ pub async fn run(opts: &EvalOptions) -> Result<Vec<ModelSummary>> {
         cases.retain(|c| c.smoke);
     }
     if !opts.only.is_empty() {
-        if let Some(missing) = opts.only.iter().find(|id| !cases.iter().any(|c| &c.id == *id)) {
+        if let Some(missing) = opts
+            .only
+            .iter()
+            .find(|id| !cases.iter().any(|c| &c.id == *id))
+        {
             bail!("no case `{missing}` in {}", opts.cases.display());
         }
         cases.retain(|c| opts.only.contains(&c.id));
@@ -154,7 +161,10 @@ pub async fn run(opts: &EvalOptions) -> Result<Vec<ModelSummary>> {
     } else {
         opts.models.clone()
     };
-    let models: Vec<EvalModel> = models.iter().map(|m| resolve_model(m)).collect::<Result<_>>()?;
+    let models: Vec<EvalModel> = models
+        .iter()
+        .map(|m| resolve_model(m))
+        .collect::<Result<_>>()?;
     ferrograph_llm::manifest::ensure_model("all-minilm-l6-v2")?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
@@ -163,10 +173,8 @@ pub async fn run(opts: &EvalOptions) -> Result<Vec<ModelSummary>> {
     // triage runs then reuse).
     let client = ferrograph_fetch::Client::new()?;
     let data = eval_cache().join("data");
-    let retrieval = retrieval::Retrieval::new(
-        data.join("triage").join("indexes"),
-        retrieval::minilm(),
-    );
+    let retrieval =
+        retrieval::Retrieval::new(data.join("triage").join("indexes"), retrieval::minilm());
     let mut prepared = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let root = prepare(&client, case, opts.quiet)?;
@@ -216,6 +224,8 @@ pub async fn run(opts: &EvalOptions) -> Result<Vec<ModelSummary>> {
         prepared.push((case, root, repo_files, baselines));
     }
 
+    // The workflows open the same indexes: the baselines' handles are closed first.
+    drop(retrieval);
     let vocabulary = agents::default_labels();
     let mut all: Vec<CaseResult> = Vec::new();
     let mut summaries = Vec::new();
@@ -294,7 +304,13 @@ fn show_rank(r: Option<usize>) -> String {
 
 fn slug(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 

@@ -807,6 +807,26 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         }
         _ => {}
     }
+    // The default models are fetched on first use (sha256-checked, with a progress bar) by
+    // every command that runs workflows; offline, the error is one line naming how to bring
+    // them over. Only the triage needs them (MiniLM for its indexes): the others go on with
+    // their deterministic fallbacks.
+    let needs_models = match &cli.command {
+        Command::Run {
+            workflow, quiet, ..
+        } => Some((workflow.as_str() == "triage", *quiet)),
+        Command::Resume(args) => Some((false, args.quiet)),
+        Command::Serve { .. } => Some((false, false)),
+        _ => None,
+    };
+    if let Some((required, quiet)) = needs_models {
+        if let Err(e) = ferrograph_llm::manifest::ensure_default_models(quiet) {
+            if required {
+                return Err(e.into());
+            }
+            tracing::warn!("{e}");
+        }
+    }
     let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
     match cli.command {
         Command::Run {

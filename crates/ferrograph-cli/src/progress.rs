@@ -104,7 +104,11 @@ impl Progress {
     }
 
     fn agent_start(&mut self, p: &Value) {
-        let name = p.get("agent").and_then(Value::as_str).unwrap_or("agent").to_string();
+        let name = p
+            .get("agent")
+            .and_then(Value::as_str)
+            .unwrap_or("agent")
+            .to_string();
         let round = p.get("round").and_then(Value::as_u64).unwrap_or(1);
         let bar = self.spinner(format!("{name} · round {round} · working"));
         self.agents.insert(
@@ -121,19 +125,43 @@ impl Progress {
 
     fn agent_end(&mut self, p: &Value) {
         let run = p.get("run").cloned().unwrap_or(Value::Null);
-        let name = run.get("agent").and_then(Value::as_str).unwrap_or("agent").to_string();
+        let name = run
+            .get("agent")
+            .and_then(Value::as_str)
+            .unwrap_or("agent")
+            .to_string();
         let round = run.get("round").and_then(Value::as_u64).unwrap_or(1);
-        let ms = run.get("duration_ms").and_then(Value::as_f64).unwrap_or(0.0);
-        let calls = run.get("calls").and_then(Value::as_array).cloned().unwrap_or_default();
-        let sum = |k: &str| -> u64 { calls.iter().filter_map(|c| c.get(k).and_then(Value::as_u64)).sum() };
-        let (generated, cached, prompt) = (sum("completion_tokens"), sum("cached_prompt_tokens"), sum("prompt_tokens"));
+        let ms = run
+            .get("duration_ms")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let calls = run
+            .get("calls")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let sum = |k: &str| -> u64 {
+            calls
+                .iter()
+                .filter_map(|c| c.get(k).and_then(Value::as_u64))
+                .sum()
+        };
+        let (generated, cached, prompt) = (
+            sum("completion_tokens"),
+            sum("cached_prompt_tokens"),
+            sum("prompt_tokens"),
+        );
         let decode_secs = self
             .agents
             .get(&name)
             .and_then(|a| a.first_token.map(|f| f.elapsed().as_secs_f64()))
             .unwrap_or(ms / 1e3)
             .max(1e-3);
-        let checks = p.get("checks").and_then(Value::as_array).cloned().unwrap_or_default();
+        let checks = p
+            .get("checks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         let composed = checks
             .iter()
             .filter(|c| c.get("source").and_then(Value::as_str) == Some("composed"))
@@ -163,11 +191,22 @@ impl Progress {
     }
 
     fn index_progress(&mut self, p: &Value) {
-        let folder = p.get("folder").and_then(Value::as_str).unwrap_or("").to_string();
+        let folder = p
+            .get("folder")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         let total = p.get("files_total").and_then(Value::as_u64).unwrap_or(0);
         let done = p.get("files_done").and_then(Value::as_u64).unwrap_or(0);
-        let chunks = p.get("chunks_embedded").and_then(Value::as_u64).unwrap_or(0);
-        let secs = p.get("seconds").and_then(Value::as_f64).unwrap_or(0.0).max(1e-3);
+        let chunks = p
+            .get("chunks_embedded")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let secs = p
+            .get("seconds")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+            .max(1e-3);
         let short = folder.rsplit('/').next().unwrap_or(&folder).to_string();
         let msg = format!(
             "indexing {short}: {done}/{total} files · {chunks} chunks embedded · {:.0} chunks/s",

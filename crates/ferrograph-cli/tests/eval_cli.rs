@@ -72,7 +72,11 @@ fn the_smoke_evaluation_computes_every_measure() {
     // A case file with a hostile path is refused with a clear error.
     let bad = out.path().join("bad.toml");
     let cases = std::fs::read_to_string(root.join("tests/eval/triage-cases.toml")).unwrap();
-    std::fs::write(&bad, cases.replacen("fixed_files = [\"", "fixed_files = [\"../", 1)).unwrap();
+    std::fs::write(
+        &bad,
+        cases.replacen("fixed_files = [\"", "fixed_files = [\"../", 1),
+    )
+    .unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_ferrograph"))
         .current_dir(&root)
         .args(["eval", "triage", "--quiet", "--cases"])

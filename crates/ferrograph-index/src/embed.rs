@@ -125,7 +125,7 @@ impl BertEmbedder {
         let weights = dir.join("model.safetensors");
         if !weights.exists() {
             return Err(IndexError::Embedding(format!(
-                "{} is missing; fetch it with `scripts/fetch-models.sh {DEFAULT_EMBEDDING_MODEL}`",
+                "{} is missing; fetch it with `ferrograph models fetch {DEFAULT_EMBEDDING_MODEL}`",
                 weights.display()
             )));
         }

@@ -15,11 +15,11 @@ use std::collections::HashMap;
 
 /// Words too common in code and prose to rank by.
 const STOP: &[&str] = &[
-    "the", "and", "for", "with", "that", "this", "from", "are", "was", "not", "but", "into",
-    "its", "has", "have", "when", "then", "than", "def", "self", "cls", "return", "import",
-    "class", "none", "true", "false", "pass", "raise", "if", "else", "elif", "in", "is", "or",
-    "of", "to", "a", "an", "it", "be", "as", "at", "by", "on", "fn", "let", "mut", "pub",
-    "use", "impl", "struct", "const", "self_", "str", "int", "i", "we", "you", "my", "me",
+    "the", "and", "for", "with", "that", "this", "from", "are", "was", "not", "but", "into", "its",
+    "has", "have", "when", "then", "than", "def", "self", "cls", "return", "import", "class",
+    "none", "true", "false", "pass", "raise", "if", "else", "elif", "in", "is", "or", "of", "to",
+    "a", "an", "it", "be", "as", "at", "by", "on", "fn", "let", "mut", "pub", "use", "impl",
+    "struct", "const", "self_", "str", "int", "i", "we", "you", "my", "me",
 ];
 
 /// Splits text into code-aware tokens (see the module docs).
@@ -66,7 +66,8 @@ fn split_identifier(word: &str) -> Vec<String> {
             let boundary = i > 0
                 && c.is_uppercase()
                 && (chars[i - 1].is_lowercase()
-                    || chars.get(i + 1).is_some_and(|n| n.is_lowercase()) && chars[i - 1].is_uppercase());
+                    || chars.get(i + 1).is_some_and(|n| n.is_lowercase())
+                        && chars[i - 1].is_uppercase());
             if boundary && !cur.is_empty() {
                 parts.push(cur.to_lowercase());
                 cur.clear();
@@ -207,7 +208,18 @@ mod tests {
     #[test]
     fn code_tokens_keep_identifiers_and_their_parts() {
         let t = code_tokens("def apply_discounts(subtotal): HTTPServer.parseURL");
-        for want in ["apply_discounts", "apply", "discounts", "subtotal", "httpserver", "http", "server", "parseurl", "parse", "url"] {
+        for want in [
+            "apply_discounts",
+            "apply",
+            "discounts",
+            "subtotal",
+            "httpserver",
+            "http",
+            "server",
+            "parseurl",
+            "parse",
+            "url",
+        ] {
             assert!(t.contains(&want.to_string()), "{want} missing from {t:?}");
         }
         assert!(!t.contains(&"def".to_string()));
@@ -218,8 +230,22 @@ mod tests {
         let mut chunks = HashMap::new();
         chunks.insert(1, hit(1, "pkg/invoice.py", "def total(self):\n    net = apply_discounts(self.subtotal(), self.codes)\n    return net"));
         chunks.insert(2, hit(2, "pkg/discounts.py", "def apply_discounts(subtotal, codes):\n    percent = sum(c.value for c in codes)\n    return subtotal * (1 - percent)"));
-        chunks.insert(3, hit(3, "pkg/tax.py", "def vat(amount, region):\n    return amount * RATES[region]"));
-        chunks.insert(4, hit(4, "README.md", "ledgerlite makes invoices with tax and discounts"));
+        chunks.insert(
+            3,
+            hit(
+                3,
+                "pkg/tax.py",
+                "def vat(amount, region):\n    return amount * RATES[region]",
+            ),
+        );
+        chunks.insert(
+            4,
+            hit(
+                4,
+                "README.md",
+                "ledgerlite makes invoices with tax and discounts",
+            ),
+        );
         let lx = LexicalIndex::from_chunks(chunks);
         let hits = lx.search("percent codes apply_discounts", 3);
         assert_eq!(hits[0].path, "pkg/discounts.py");
@@ -229,7 +255,10 @@ mod tests {
 
     #[test]
     fn fusion_adds_weighted_reciprocal_ranks() {
-        let fused = reciprocal_rank_fusion(&[(1.0, vec![1, 2, 3]), (1.0, vec![2, 3, 1]), (2.0, vec![3])], 60.0);
+        let fused = reciprocal_rank_fusion(
+            &[(1.0, vec![1, 2, 3]), (1.0, vec![2, 3, 1]), (2.0, vec![3])],
+            60.0,
+        );
         assert_eq!(fused[0].0, 3);
         assert_eq!(fused[1].0, 2);
         assert_eq!(fused[2].0, 1);

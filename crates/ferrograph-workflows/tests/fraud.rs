@@ -319,12 +319,18 @@ async fn a_scripted_planner_breaking_a_safety_rule_is_overruled() {
     );
     let d = out.state["planner_decisions"].as_array().unwrap();
     for (i, want) in [
-        (1, "reasoning_tool needs pattern_tool and similarity_tool first"),
+        (
+            1,
+            "reasoning_tool needs pattern_tool and similarity_tool first",
+        ),
         (5, "is not a registered tool"),
     ] {
         assert_eq!(d[i]["used_fallback"], true, "decision {i}: {}", d[i]);
         let why = d[i]["rejected"].as_str().unwrap();
-        assert!(why.contains(want), "decision {i}: expected `{want}` in `{why}`");
+        assert!(
+            why.contains(want),
+            "decision {i}: expected `{want}` in `{why}`"
+        );
     }
     assert_eq!(*model.asked.lock().unwrap(), 2);
 }

@@ -276,7 +276,10 @@ mod tests {
             ["pattern_tool", "similarity_tool"]
         );
         assert_eq!(
-            allowed_steps(&with(&["context_tool", "pattern_tool", "similarity_tool"]), &r),
+            allowed_steps(
+                &with(&["context_tool", "pattern_tool", "similarity_tool"]),
+                &r
+            ),
             ["reasoning_tool"]
         );
         let done = [
@@ -286,14 +289,23 @@ mod tests {
             "reasoning_tool",
             "recommendation_tool",
         ];
-        assert_eq!(allowed_steps(&with(&done), &r), ["rule_draft_tool", COMPLETE]);
+        assert_eq!(
+            allowed_steps(&with(&done), &r),
+            ["rule_draft_tool", COMPLETE]
+        );
         // Every allowed step passes the check, and the schema offers exactly those.
         for steps in [&done[..0], &done[..1], &done[..3], &done[..]] {
             let st = with(steps);
             let allowed = allowed_steps(&st, &r);
             assert!(allowed.iter().all(|t| check(t, &st, &r).is_ok()));
             let schema = choice_schema(&allowed);
-            assert_eq!(schema["properties"]["tool"]["enum"].as_array().unwrap().len(), allowed.len());
+            assert_eq!(
+                schema["properties"]["tool"]["enum"]
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                allowed.len()
+            );
         }
     }
 

@@ -180,7 +180,10 @@ async fn ask_checked<T: JsonSchema + DeserializeOwned>(
 
 /// Runs `work` with an index-progress hook whose reports become `index_progress` custom
 /// events of the node.
-async fn with_index_progress<F, O>(ctx: &NodeContext, work: impl FnOnce(IndexProgressHook) -> F) -> O
+async fn with_index_progress<F, O>(
+    ctx: &NodeContext,
+    work: impl FnOnce(IndexProgressHook) -> F,
+) -> O
 where
     F: Future<Output = O>,
 {
@@ -314,9 +317,17 @@ impl Agents {
             }
         }
         let checks = self.check_context(s, &ev, &repo_files);
+        let hypothesis_anchors: Vec<String> = areas
+            .iter()
+            .filter(|a| !is_exception_name(a))
+            .cloned()
+            .collect();
         let mut material = evidence_block(&ev, &frames_in_repo);
         if let Some(v) = s.critic_feedback.as_ref().filter(|v| !v.gaps.is_empty()) {
-            material.push_str(&format!("Open questions from the review: {}\n", v.gaps.join("; ")));
+            material.push_str(&format!(
+                "Open questions from the review: {}\n",
+                v.gaps.join("; ")
+            ));
         }
         let msgs = agent_messages(
             s,
@@ -342,7 +353,7 @@ impl Agents {
             sink,
             |o: &InvestigatorOutput| {
                 checks
-                    .problems(&o.hypothesis, 6)
+                    .problems_anchored(&o.hypothesis, 6, &hypothesis_anchors)
                     .iter()
                     .map(ToString::to_string)
                     .collect()
@@ -357,7 +368,7 @@ impl Agents {
                         a.push(x);
                     }
                 }
-                (o.hypothesis.trim().to_string(), a)
+                (whole_sentences(&o.hypothesis, 220), a)
             }
             None => {
                 asked.composed();
@@ -466,7 +477,9 @@ impl Agents {
                             .0
                             .get("query")
                             .and_then(Value::as_str)
-                            .is_some_and(|q| super::check::repetition(q).is_none() && q.trim().len() >= 3)
+                            .is_some_and(|q| {
+                                super::check::repetition(q).is_none() && q.trim().len() >= 3
+                            })
                     })
                     .take(2)
                     .collect();
@@ -480,7 +493,13 @@ impl Agents {
         }
         let queries: Vec<String> = tool_calls
             .iter()
-            .filter_map(|c| c.args.0.get("query").and_then(Value::as_str).map(str::to_string))
+            .filter_map(|c| {
+                c.args
+                    .0
+                    .get("query")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
             .collect();
         // Step 2: the tool node runs them (tool_start / tool_end events).
         let results = executor.execute(&tool_calls, Some(ctx)).await;
@@ -589,8 +608,15 @@ impl Agents {
             base: FindingBase {
                 agent_name: agent::WEB_SEARCH.into(),
                 summary: summary.clone(),
-                confidence: top.first().map(|h| f64::from(h.score).clamp(0.0, 1.0)).unwrap_or(0.0),
-                reasoning: format!("{} passage(s) found for {} query(ies)", hits.len(), queries.len()),
+                confidence: top
+                    .first()
+                    .map(|h| f64::from(h.score).clamp(0.0, 1.0))
+                    .unwrap_or(0.0),
+                reasoning: format!(
+                    "{} passage(s) found for {} query(ies)",
+                    hits.len(),
+                    queries.len()
+                ),
                 error: None,
             },
             external_root_cause: None,
@@ -651,6 +677,20 @@ impl Agents {
             .collect();
         let mut checks = self.check_context(s, &ev, &repo_files);
         checks.extend(&context);
+        // The explanation must name the code it explains: a shown file or an identifier of
+        // the report that the shown code contains.
+        let context_lower = context.to_lowercase();
+        let mut anchors: Vec<String> = shown.iter().map(|c| c.path.clone()).collect();
+        anchors.extend(
+            ev.identifiers
+                .iter()
+                .filter(|i| !is_exception_name(i))
+                .filter(|i| {
+                    let last = i.rsplit(['.', ':']).next().unwrap_or(i);
+                    last.len() >= 4 && context_lower.contains(&last.to_lowercase())
+                })
+                .cloned(),
+        );
         let msgs = agent_messages(
             s,
             "code analyst",
@@ -672,7 +712,7 @@ impl Agents {
             sink,
             |o: &CodebaseOutput| {
                 checks
-                    .problems(&o.explanation, 6)
+                    .problems_anchored(&o.explanation, 6, &anchors)
                     .iter()
                     .map(ToString::to_string)
                     .collect()
@@ -682,7 +722,7 @@ impl Agents {
         let top = &search.files[0];
         let (location, explanation) = match asked.value.take() {
             Some(o) if locations.contains(&o.root_cause_location) => {
-                (o.root_cause_location, o.explanation.trim().to_string())
+                (o.root_cause_location, whole_sentences(&o.explanation, 240))
             }
             _ => {
                 asked.composed();
@@ -692,14 +732,20 @@ impl Agents {
                 )
             }
         };
+        // The model may point at any shown region; the files keep the fused order, and its
+        // explanation goes with the file it is about.
+        let chosen = shown
+            .iter()
+            .find(|c| c.location() == location)
+            .map(|c| c.path.clone())
+            .unwrap_or_else(|| top.path.clone());
         let relevant: Vec<RelevantFile> = search
             .files
             .iter()
             .take(8)
-            .enumerate()
-            .map(|(i, f)| RelevantFile {
+            .map(|f| RelevantFile {
                 path: f.path.clone(),
-                relevance_reason: if i == 0 {
+                relevance_reason: if f.path == chosen {
                     explanation.clone()
                 } else {
                     compose_file_reason(f)
@@ -765,13 +811,25 @@ impl Agents {
             .unwrap_or_else(|| s.issue_title.clone());
         let checks_text: String = review
             .iter()
-            .map(|c| format!("- [{}] {}\n", if c.passed { "ok" } else { "FAILED" }, c.name))
+            .map(|c| {
+                format!(
+                    "- [{}] {}\n",
+                    if c.passed { "ok" } else { "FAILED" },
+                    c.name
+                )
+            })
             .collect();
         let mut checks = self.check_context(s, &ev, &[]);
         checks.extend(&checks_text);
         checks.extend(&gap_texts.join("\n"));
         if let Some(c) = &s.codebase {
-            checks.extend(&c.relevant_files.iter().map(|f| format!("{} {}", f.path, f.relevance_reason)).collect::<Vec<_>>().join("\n"));
+            checks.extend(
+                &c.relevant_files
+                    .iter()
+                    .map(|f| format!("{} {}", f.path, f.relevance_reason))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
         }
         let files = s
             .codebase
@@ -852,7 +910,11 @@ impl Agents {
                 if failed.is_empty() {
                     (Critique::Confirmed, Vec::new(), summary)
                 } else {
-                    (Critique::Uncertain, gap_texts.iter().take(2).cloned().collect(), summary)
+                    (
+                        Critique::Uncertain,
+                        gap_texts.iter().take(2).cloned().collect(),
+                        summary,
+                    )
                 }
             }
         };
@@ -928,10 +990,19 @@ impl Agents {
         let material = format!(
             "{}Most likely location: {}\nWhy: {}\nHypothesis: {}\nOther files: {}\n",
             evidence_block(&ev, &[]),
-            if location.is_empty() { "unknown" } else { location.as_str() },
+            if location.is_empty() {
+                "unknown"
+            } else {
+                location.as_str()
+            },
             clip(&explanation, 240),
             clip(&hypothesis, 240),
-            files.iter().skip(1).map(|f| f.path.as_str()).collect::<Vec<_>>().join(", "),
+            files
+                .iter()
+                .skip(1)
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         );
         let labels = self.labels.clone();
         let team = self.team.clone();
@@ -952,12 +1023,27 @@ impl Agents {
             s,
             "writer",
             &material,
-            "Fill in the ticket: a short title naming the symptom and where, the severity, \
-             the effort, labels from the allowed list, and the assignee from the allowed list.",
+            "Fill in the ticket: a short title naming the symptom and the function or file \
+             where it happens, labels from the allowed list, and the assignee from the allowed \
+             list.",
         );
         let round = s.round;
         let llm = self.llm.as_ref();
         let checks_rc = &checks;
+        // What the report says must name the code: a found file, the location, or an
+        // identifier of the report.
+        let mut anchors: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        if let Some((path, _)) = location.split_once(':') {
+            anchors.push(path.to_string());
+        }
+        anchors.extend(
+            ev.identifiers
+                .iter()
+                .filter(|i| !is_exception_name(i))
+                .take(8)
+                .cloned(),
+        );
+        let anchors = &anchors;
         let (rc, fix, ticket) = tokio::join!(
             ask_checked::<RootCauseOutput>(
                 llm,
@@ -969,7 +1055,7 @@ impl Agents {
                 |_| {},
                 sink.clone(),
                 |o: &RootCauseOutput| checks_rc
-                    .problems(&o.root_cause, 8)
+                    .problems_anchored(&o.root_cause, 8, anchors)
                     .iter()
                     .map(ToString::to_string)
                     .collect(),
@@ -984,7 +1070,7 @@ impl Agents {
                 |_| {},
                 sink.clone(),
                 |o: &FixOutput| checks_rc
-                    .problems(&o.suggested_fix, 6)
+                    .problems_anchored(&o.suggested_fix, 6, anchors)
                     .iter()
                     .map(ToString::to_string)
                     .collect(),
@@ -1010,11 +1096,18 @@ impl Agents {
                 sink,
                 |o: &TicketOutput| {
                     let mut p: Vec<String> = checks_rc
-                        .problems(&o.title, 3)
+                        .problems_anchored(&o.title, 3, anchors)
                         .into_iter()
                         .filter(|x| *x != super::check::Problem::EchoesTitle)
                         .map(|x| x.to_string())
                         .collect();
+                    if ev
+                        .error_lines
+                        .iter()
+                        .any(|e| e.trim() == o.title.trim() || o.title.contains(e.trim()))
+                    {
+                        p.push("the title is the error line, not a summary".into());
+                    }
                     if !o.assignee.is_empty() && !team.contains(&o.assignee) {
                         p.push(format!("assignee {} is not on the team", o.assignee));
                     }
@@ -1025,14 +1118,28 @@ impl Agents {
         let (mut rc, mut fix, mut ticket) = (rc, fix, ticket);
         let top = files.first().map(|f| f.path.clone()).unwrap_or_default();
         let root_cause = match rc.value.take() {
-            Some(o) => o.root_cause.trim().to_string(),
+            Some(o) => whole_sentences(&o.root_cause, 300),
             None => {
                 rc.composed();
-                compose_root_cause(&location, &top, &explanation, &hypothesis, s.codebase.as_ref())
+                compose_root_cause(
+                    &location,
+                    &top,
+                    &explanation,
+                    &hypothesis,
+                    s.codebase.as_ref(),
+                )
             }
         };
         let suggested_fix = match fix.value.take() {
-            Some(o) => o.suggested_fix.trim().to_string(),
+            // A fix that restates the root cause says nothing to do.
+            Some(o) if !same_text(&o.suggested_fix, &root_cause) => {
+                whole_sentences(&o.suggested_fix, 240)
+            }
+            Some(_) => {
+                fix.check.problems.push("restates the root cause".into());
+                fix.composed();
+                compose_fix(&location, &top, &ev)
+            }
             None => {
                 fix.composed();
                 compose_fix(&location, &top, &ev)
@@ -1055,12 +1162,6 @@ impl Agents {
                         },
                         90,
                     ),
-                    severity: if ev.error_lines.is_empty() {
-                        Severity::Medium
-                    } else {
-                        Severity::High
-                    },
-                    effort: Effort::S,
                     labels: if ev.error_lines.is_empty() {
                         vec!["bug".into()]
                     } else {
@@ -1079,9 +1180,19 @@ impl Agents {
             .map(|v| v.confidence)
             .unwrap_or(0.5);
         let affected: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        let severity = Severity::from_evidence(
+            &format!("{}\n{}", s.issue_title, s.issue_body),
+            !ev.error_lines.is_empty(),
+        );
+        let effort = Effort::from_files(
+            &s.codebase
+                .as_ref()
+                .map(|c| c.relevant_files.iter().map(|f| f.score).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        );
         let report = TriageReport {
             title: ticket_v.title.clone(),
-            severity: ticket_v.severity,
+            severity,
             root_cause: root_cause.clone(),
             affected_files: affected.clone(),
             reproduction_steps: reproduction_steps(&s.issue_body),
@@ -1094,8 +1205,8 @@ impl Agents {
                 agent_name: agent::WRITER.into(),
                 summary: format!("Triage complete: {} severity", report.severity.as_str()),
                 confidence,
-                reasoning: "Report written from the accumulated findings; every text field checked."
-                    .into(),
+                reasoning:
+                    "Report written from the accumulated findings; every text field checked.".into(),
                 error: None,
             },
             report,
@@ -1103,7 +1214,7 @@ impl Agents {
             ticket_title: ticket_v.title,
             ticket_labels: ticket_v.labels,
             ticket_assignee_suggestion: ticket_v.assignee,
-            ticket_effort_estimate: ticket_v.effort,
+            ticket_effort_estimate: effort,
         };
         let common = to_agent_finding(&w.base, w.base.summary.clone(), affected, s.round);
         let mut calls = rc.calls;
@@ -1146,10 +1257,7 @@ pub fn review_checks(s: &TriageState, ev: &Evidence) -> Vec<ReviewCheck> {
         return out;
     };
     let top: Vec<&RelevantFile> = code.relevant_files.iter().take(3).collect();
-    let reason_has = |prefix: &str| {
-        top.iter()
-            .any(|f| f.relevance_reason.contains(prefix))
-    };
+    let reason_has = |prefix: &str| top.iter().any(|f| f.relevance_reason.contains(prefix));
     let names: Vec<&String> = ev
         .identifiers
         .iter()
@@ -1160,11 +1268,18 @@ pub fn review_checks(s: &TriageState, ev: &Evidence) -> Vec<ReviewCheck> {
         out.push(ReviewCheck {
             name: format!(
                 "a top file defines {}",
-                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(" or ")
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
             ),
             passed: reason_has("defines `"),
             gap: format!("no top file defines `{}`", names[0]),
-            terms: names.iter().map(|n| format!("def {n}").to_lowercase()).collect(),
+            terms: names
+                .iter()
+                .map(|n| format!("def {n}").to_lowercase())
+                .collect(),
         });
     }
     if let Some(p) = ev.message_phrases().first() {
@@ -1186,7 +1301,12 @@ pub fn review_checks(s: &TriageState, ev: &Evidence) -> Vec<ReviewCheck> {
             name: "a top file is on the stack trace".into(),
             passed: reason_has("in the stack trace"),
             gap: "no top file is on the stack trace".into(),
-            terms: frames.iter().rev().take(2).map(|f| f.to_lowercase()).collect(),
+            terms: frames
+                .iter()
+                .rev()
+                .take(2)
+                .map(|f| f.to_lowercase())
+                .collect(),
         });
     }
     out
@@ -1197,7 +1317,8 @@ pub fn review_checks(s: &TriageState, ev: &Evidence) -> Vec<ReviewCheck> {
 fn plan_for(s: &TriageState, ev: &Evidence, repo_files: &[String]) -> SearchPlan {
     let mut plan = SearchPlan::from_evidence(&s.issue_title, ev, repo_files);
     if let Some(i) = &s.investigator {
-        plan.queries.insert(1.min(plan.queries.len()), i.hypothesis.clone());
+        plan.queries
+            .insert(1.min(plan.queries.len()), i.hypothesis.clone());
         for a in &i.affected_areas {
             if !plan.identifiers.contains(a) && !a.contains('/') && !a.contains(' ') {
                 plan.identifiers.push(a.clone());
@@ -1205,7 +1326,11 @@ fn plan_for(s: &TriageState, ev: &Evidence, repo_files: &[String]) -> SearchPlan
         }
     }
     if s.round > 1 {
-        if let Some(v) = s.critic_feedback.as_ref().filter(|v| v.round + 1 == s.round) {
+        if let Some(v) = s
+            .critic_feedback
+            .as_ref()
+            .filter(|v| v.round + 1 == s.round)
+        {
             for t in &v.required_evidence {
                 plan.queries.push(t.clone());
             }
@@ -1327,9 +1452,7 @@ fn agent_messages(s: &TriageState, role: &str, material: &str, question: &str) -
             s.issue_title,
             clip(&s.issue_body, 2000)
         )),
-        Message::human(format!(
-            "Role: {role}.\n\n{material}\nQuestion: {question}"
-        )),
+        Message::human(format!("Role: {role}.\n\n{material}\nQuestion: {question}")),
     ]
 }
 
@@ -1337,21 +1460,44 @@ fn agent_messages(s: &TriageState, role: &str, material: &str, question: &str) -
 fn evidence_block(ev: &Evidence, frames_in_repo: &[String]) -> String {
     let mut t = String::new();
     if !ev.error_lines.is_empty() {
-        t.push_str(&format!("Error: {}\n", ev.error_lines.iter().take(2).cloned().collect::<Vec<_>>().join(" | ")));
+        t.push_str(&format!(
+            "Error: {}\n",
+            ev.error_lines
+                .iter()
+                .take(2)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
     }
     for f in ev.frames.iter().rev().take(3) {
         let func = f.function.as_deref().unwrap_or("?");
         let line = f.line.map(|l| format!(":{l}")).unwrap_or_default();
-        let code = f.code.as_deref().map(|c| format!(": {}", clip(c, 100))).unwrap_or_default();
-        t.push_str(&format!("Frame: {func} at {}{line}{code}\n", short_path(&f.file)));
+        let code = f
+            .code
+            .as_deref()
+            .map(|c| format!(": {}", clip(c, 100)))
+            .unwrap_or_default();
+        t.push_str(&format!(
+            "Frame: {func} at {}{line}{code}\n",
+            short_path(&f.file)
+        ));
     }
     if !frames_in_repo.is_empty() {
-        t.push_str(&format!("Repository files on the stack: {}\n", frames_in_repo.join(", ")));
+        t.push_str(&format!(
+            "Repository files on the stack: {}\n",
+            frames_in_repo.join(", ")
+        ));
     }
     if !ev.identifiers.is_empty() {
         t.push_str(&format!(
             "Code names in the report: {}\n",
-            ev.identifiers.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+            ev.identifiers
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     t
@@ -1385,7 +1531,12 @@ fn title_terms(title: &str) -> Vec<String> {
         .split(|c: char| !c.is_alphanumeric() && c != '_')
         .filter(|w| w.len() >= 4)
         .map(str::to_lowercase)
-        .filter(|w| !["when", "with", "from", "that", "this", "does", "into", "after"].contains(&w.as_str()))
+        .filter(|w| {
+            ![
+                "when", "with", "from", "that", "this", "does", "into", "after",
+            ]
+            .contains(&w.as_str())
+        })
         .take(6)
         .collect()
 }
@@ -1407,11 +1558,12 @@ fn evidence_strength(ev: &Evidence, frames_in_repo: &[String]) -> f64 {
 
 fn compose_hypothesis(s: &TriageState, ev: &Evidence, frames_in_repo: &[String]) -> String {
     let error = ev.error_lines.first().map(|e| clip(e, 120));
-    let inner = ev
-        .frames
-        .iter()
-        .rev()
-        .find(|f| f.function.as_deref().is_some_and(|x| x != "<module>") && frames_in_repo.iter().any(|r| r.ends_with(&short_path(&f.file)) || short_path(&f.file).ends_with(r.as_str())));
+    let inner = ev.frames.iter().rev().find(|f| {
+        f.function.as_deref().is_some_and(|x| x != "<module>")
+            && frames_in_repo.iter().any(|r| {
+                r.ends_with(&short_path(&f.file)) || short_path(&f.file).ends_with(r.as_str())
+            })
+    });
     match (inner, &error) {
         (Some(f), Some(e)) => format!(
             "`{}` ({}{}) is on the failing path that ends in `{e}`; the values it computes there are the first suspect.",
@@ -1438,7 +1590,10 @@ fn compose_hypothesis(s: &TriageState, ev: &Evidence, frames_in_repo: &[String])
 
 fn compose_file_reason(f: &super::retrieval::RankedFile) -> String {
     if f.signals.is_empty() {
-        format!("{} ranks high in the lexical and semantic search for the report", f.path)
+        format!(
+            "{} ranks high in the lexical and semantic search for the report",
+            f.path
+        )
     } else {
         format!("{} {}", f.path, f.signals.join(", "))
     }
@@ -1462,14 +1617,55 @@ fn compose_root_cause(
     format!(
         "The most likely location is {where_} ({}). Leading hypothesis: {}",
         clip(reason.trim_end_matches('.'), 200),
-        clip(hypothesis, 240)
+        whole_sentences(hypothesis, 240)
     )
+}
+
+/// Whether two texts say the same thing: most of the shorter one's words are in the other.
+fn same_text(a: &str, b: &str) -> bool {
+    let words = |t: &str| -> std::collections::HashSet<String> {
+        t.split(|c: char| !c.is_alphanumeric() && c != '_')
+            .filter(|w| w.len() > 2)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (wa, wb) = (words(a), words(b));
+    let small = wa.len().min(wb.len());
+    small > 0 && wa.intersection(&wb).count() * 10 >= small * 8
+}
+
+/// An exception or warning class name (`ValueError`, `RuntimeWarning`): it names the
+/// symptom, not the code, so it does not anchor a statement about the code.
+fn is_exception_name(name: &str) -> bool {
+    let last = name.rsplit(['.', ':']).next().unwrap_or(name);
+    ["Error", "Exception", "Warning", "Panic"]
+        .iter()
+        .any(|s| last.ends_with(s))
+}
+
+/// At most `max` characters of `text`, cut after a whole sentence when there is one.
+fn whole_sentences(text: &str, max: usize) -> String {
+    let t = text.trim();
+    if t.chars().count() <= max && (t.ends_with('.') || t.ends_with('!') || t.ends_with('?')) {
+        return t.to_string();
+    }
+    let head: String = t.chars().take(max).collect();
+    match head
+        .rfind(". ")
+        .or_else(|| head.ends_with('.').then(|| head.len() - 1))
+    {
+        Some(i) => head[..=i].to_string(),
+        None => clip(t, max),
+    }
 }
 
 fn compose_fix(location: &str, top: &str, ev: &Evidence) -> String {
     let where_ = if location.is_empty() { top } else { location };
     let what = match ev.error_lines.first() {
-        Some(e) => format!("so that the report's input no longer ends in `{}`", clip(e, 100)),
+        Some(e) => format!(
+            "so that the report's input no longer ends in `{}`",
+            clip(e, 100)
+        ),
         None => "so that it gives the behaviour the report expects".to_string(),
     };
     if where_.is_empty() {
@@ -1506,7 +1702,11 @@ fn reproduction_steps(body: &str) -> Vec<Step> {
     let pick = blocks
         .iter()
         .find(|(r, b)| *r && !b.is_empty())
-        .or_else(|| blocks.iter().find(|(_, b)| !b.is_empty() && !b[0].starts_with("Traceback")));
+        .or_else(|| {
+            blocks
+                .iter()
+                .find(|(_, b)| !b.is_empty() && !b[0].starts_with("Traceback"))
+        });
     pick.map(|(_, b)| {
         b.iter()
             .filter(|l| !l.starts_with('#'))
@@ -1534,7 +1734,11 @@ fn compose_comment(
     if !files.is_empty() {
         md.push_str("**Files to look at:**\n");
         for f in files {
-            md.push_str(&format!("- `{}`: {}\n", f.path, clip(&f.relevance_reason, 160)));
+            md.push_str(&format!(
+                "- `{}`: {}\n",
+                f.path,
+                clip(&f.relevance_reason, 160)
+            ));
         }
         md.push('\n');
     }
@@ -1693,6 +1897,9 @@ mod tests {
     fn reproduction_comes_from_the_repro_block() {
         let body = "### Steps to reproduce\n\n```python\nfrom x import y\n# comment\ny(1)\n```\n\n```\nTraceback (most recent call last):\n```\n";
         let steps = reproduction_steps(body);
-        assert_eq!(steps, vec![Step("from x import y".into()), Step("y(1)".into())]);
+        assert_eq!(
+            steps,
+            vec![Step("from x import y".into()), Step("y(1)".into())]
+        );
     }
 }

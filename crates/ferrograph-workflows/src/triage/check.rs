@@ -30,6 +30,9 @@ pub enum Problem {
     UnknownName(String),
     /// The text repeats the issue title instead of saying something new.
     EchoesTitle,
+    /// The text names none of the code the evidence points at (a file, a function, an
+    /// identifier): it could be about any bug.
+    Ungrounded,
 }
 
 impl std::fmt::Display for Problem {
@@ -43,6 +46,9 @@ impl std::fmt::Display for Problem {
             Problem::Placeholder(p) => write!(f, "placeholder {p}"),
             Problem::UnknownName(n) => write!(f, "names `{n}`, which is not in the evidence"),
             Problem::EchoesTitle => write!(f, "repeats the issue title"),
+            Problem::Ungrounded => {
+                write!(f, "names none of the files or functions in the evidence")
+            }
         }
     }
 }
@@ -108,7 +114,20 @@ impl CheckContext {
     /// Whether `name` occurs in the evidence (case-insensitive).
     pub fn knows(&self, name: &str) -> bool {
         let n = name.to_lowercase();
-        self.words.contains(&n) || self.evidence.contains(&n)
+        if self.words.contains(&n) || self.evidence.contains(&n) {
+            return true;
+        }
+        // A location `path:12-40` is known when its path is.
+        match n.rsplit_once(':') {
+            Some((path, lines))
+                if !path.is_empty()
+                    && !lines.is_empty()
+                    && lines.chars().all(|c| c.is_ascii_digit() || c == '-') =>
+            {
+                self.words.contains(path) || self.evidence.contains(path)
+            }
+            _ => false,
+        }
     }
 
     /// The problems of `text` as a field that needs at least `min_words` real words.
@@ -131,7 +150,7 @@ impl CheckContext {
         if let Some(p) = placeholder(text) {
             out.push(Problem::Placeholder(p));
         }
-        for name in names_in(text) {
+        for name in names_in(text).into_iter().chain(numbers_in(text)) {
             if !self.knows(&name) {
                 out.push(Problem::UnknownName(name));
                 break;
@@ -147,6 +166,99 @@ impl CheckContext {
         }
         out
     }
+}
+
+impl CheckContext {
+    /// [`CheckContext::problems`], and the text must name at least one of `anchors` (file
+    /// paths, file names, functions, identifiers from the evidence): a statement about the
+    /// code that names no code is refused. No anchors: no such requirement.
+    pub fn problems_anchored(
+        &self,
+        text: &str,
+        min_words: usize,
+        anchors: &[String],
+    ) -> Vec<Problem> {
+        let mut out = self.problems(text, min_words);
+        if !anchors.is_empty() && !mentions_any(text, anchors) {
+            out.push(Problem::Ungrounded);
+        }
+        out
+    }
+}
+
+/// Whether `text` names one of `anchors` as a whole word: the anchor itself, its file name
+/// (`a/b/c.py` → `c.py`), or its last dotted or `::` segment of four letters or more (a
+/// module's bare word, `discounts`, is an English word too and does not count).
+pub fn mentions_any(text: &str, anchors: &[String]) -> bool {
+    let lower = text.to_lowercase();
+    anchors.iter().filter(|a| is_code_name(a)).any(|a| {
+        let a = a.trim().to_lowercase();
+        let file = a.rsplit('/').next().unwrap_or(&a).to_string();
+        let last = a
+            .rsplit(['.', ':'])
+            .find(|s| !s.is_empty())
+            .unwrap_or(&a)
+            .to_string();
+        let mut forms = vec![a.clone(), file];
+        if last.len() >= 4 && !matches!(last.as_str(), "py" | "rs") {
+            forms.push(last);
+        }
+        forms
+            .iter()
+            .filter(|f| f.len() >= 3)
+            .any(|f| contains_word(&lower, f))
+    })
+}
+
+/// Whether a name is recognisably code rather than an English word: a path, a dotted or
+/// `::` name, a `snake_case` or `CamelCase` identifier (`invoice` and `total` are not).
+pub fn is_code_name(name: &str) -> bool {
+    let n = name.trim();
+    n.contains(['/', '.', ':', '_']) || n.chars().skip(1).any(|c| c.is_ascii_uppercase())
+}
+
+/// Whether `needle` occurs in `hay` with no identifier character right before or after it.
+fn contains_word(hay: &str, needle: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(i) = hay[from..].find(needle) {
+        let start = from + i;
+        let end = start + needle.len();
+        let before = hay[..start].chars().next_back().is_none_or(|c| !ident(c));
+        let after = hay[end..].chars().next().is_none_or(|c| !ident(c));
+        if before && after {
+            return true;
+        }
+        from = start + needle.len().max(1);
+        while from < hay.len() && !hay.is_char_boundary(from) {
+            from += 1;
+        }
+        if from >= hay.len() {
+            break;
+        }
+    }
+    false
+}
+
+/// Figures in the text that a reader would take as facts (a decimal, a percentage, a
+/// number of three digits or more): like names, they must come from the evidence.
+pub fn numbers_in(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for raw in text.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',') {
+        let t = raw.trim_end_matches(['.', ';', ':', '!', '?']);
+        let digits = t.trim_end_matches('%');
+        let numeric = !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && digits.chars().filter(|c| *c == '.').count() <= 1
+            && !digits.starts_with('.');
+        if numeric
+            && (t.ends_with('%') || digits.contains('.') || digits.len() >= 3)
+            && !out.contains(&digits.to_string())
+        {
+            out.push(digits.to_string());
+        }
+    }
+    out
 }
 
 /// Words of at least two letters.
@@ -204,7 +316,15 @@ pub fn repetition(text: &str) -> Option<String> {
 /// A template placeholder in the text, if any.
 pub fn placeholder(text: &str) -> Option<String> {
     let lower = text.to_lowercase();
-    for marker in ["todo", "tbd", "lorem ipsum", "n/a", "xxx", "insert ", "your_"] {
+    for marker in [
+        "todo",
+        "tbd",
+        "lorem ipsum",
+        "n/a",
+        "xxx",
+        "insert ",
+        "your_",
+    ] {
         if let Some(i) = lower.find(marker) {
             let before_ok = i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric();
             let end = i + marker.len();
@@ -280,18 +400,20 @@ pub fn names_in(text: &str) -> Vec<String> {
             continue;
         }
         let is_path = t.contains('/')
-            || [".py", ".rs", ".js", ".ts", ".go", ".toml", ".md", ".json", ".cfg"]
-                .iter()
-                .any(|e| t.ends_with(e));
+            || [
+                ".py", ".rs", ".js", ".ts", ".go", ".toml", ".md", ".json", ".cfg",
+            ]
+            .iter()
+            .any(|e| t.ends_with(e));
         let is_ident = (t.contains('_') && t.chars().any(|c| c.is_ascii_lowercase()))
             || t.contains("::")
-            || t
-                .chars()
+            || t.chars()
                 .zip(t.chars().skip(1))
                 .any(|(a, b)| a.is_ascii_lowercase() && b.is_ascii_uppercase())
             || (t.contains('.')
                 && t.split('.').count() >= 2
-                && t.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                && t.split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
                 && t.chars().any(char::is_alphabetic)
                 && !t.split('.').all(|p| p.chars().all(|c| c.is_ascii_digit())));
         let sentence_start = i == 0
@@ -313,15 +435,88 @@ pub fn names_in(text: &str) -> Vec<String> {
 
 /// Capitalised words a sentence may use without them being in the evidence.
 const COMMON_CAPITALISED: &[&str] = &[
-    "Python", "Rust", "The", "This", "That", "When", "If", "It", "In", "On", "With", "For",
-    "Bug", "Fix", "Error", "Errors", "Warning", "Exception", "Root", "Cause", "Severity",
-    "None", "True", "False", "Linux", "Windows", "macOS", "Unicode", "UTF", "JSON", "API",
-    "CLI", "HTTP", "URL", "CPU", "GPU", "Steps", "Expected", "Actual", "Affected", "Files",
-    "Next", "See", "Check", "Add", "Use", "Make", "Return", "Raise", "Ensure", "Test",
-    "Tests", "Unit", "Regression", "High", "Medium", "Low", "Critical", "Confirmed",
-    "Uncertain", "Challenged", "Approved", "Rejected", "Monday", "Tuesday", "Wednesday",
-    "Thursday", "Friday", "Saturday", "Sunday", "January", "February", "March", "April",
-    "May", "June", "July", "August", "September", "October", "November", "December",
+    "Python",
+    "Rust",
+    "The",
+    "This",
+    "That",
+    "When",
+    "If",
+    "It",
+    "In",
+    "On",
+    "With",
+    "For",
+    "Bug",
+    "Fix",
+    "Error",
+    "Errors",
+    "Warning",
+    "Exception",
+    "Root",
+    "Cause",
+    "Severity",
+    "None",
+    "True",
+    "False",
+    "Linux",
+    "Windows",
+    "macOS",
+    "Unicode",
+    "UTF",
+    "JSON",
+    "API",
+    "CLI",
+    "HTTP",
+    "URL",
+    "CPU",
+    "GPU",
+    "Steps",
+    "Expected",
+    "Actual",
+    "Affected",
+    "Files",
+    "Next",
+    "See",
+    "Check",
+    "Add",
+    "Use",
+    "Make",
+    "Return",
+    "Raise",
+    "Ensure",
+    "Test",
+    "Tests",
+    "Unit",
+    "Regression",
+    "High",
+    "Medium",
+    "Low",
+    "Critical",
+    "Confirmed",
+    "Uncertain",
+    "Challenged",
+    "Approved",
+    "Rejected",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 
 #[cfg(test)]
@@ -342,7 +537,10 @@ mod tests {
     fn loops_are_refused() {
         let c = ctx();
         let looped = "The total is wrong 2023-09-04 | ledger-changelog.md:2023-09-04 | 2023-09-04 | ledger-changelog.md:2023-09-04 | 2023-09-04 | ledger-changelog.md:2023-09-04 |";
-        assert!(c.problems(looped, 5).iter().any(|p| matches!(p, Problem::Repetition(_))));
+        assert!(c
+            .problems(looped, 5)
+            .iter()
+            .any(|p| matches!(p, Problem::Repetition(_))));
         assert!(repetition("upgrade to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0").is_some());
         assert!(repetition("the the the the").is_some());
         assert_eq!(
@@ -357,7 +555,10 @@ mod tests {
         assert_eq!(c.problems("  ", 3), vec![Problem::Empty]);
         assert!(matches!(c.problems("The", 5)[0], Problem::TooShort { .. }));
         assert!(c
-            .problems("The [bug_name] breaks the invoice total in apply_discounts", 3)
+            .problems(
+                "The [bug_name] breaks the invoice total in apply_discounts",
+                3
+            )
             .contains(&Problem::Placeholder("[bug_name]".into())));
         assert!(placeholder("Fix: TODO").is_some());
         assert!(placeholder("a list[i] index and a dict{x}").is_none());
@@ -395,5 +596,68 @@ mod tests {
                 3
             )
             .contains(&Problem::EchoesTitle));
+    }
+
+    #[test]
+    fn statements_about_code_must_name_code() {
+        let c = CheckContext::new(
+            "apply_discounts in ledgerlite/discounts.py",
+            "Invoice total",
+        );
+        let anchors = vec![
+            "apply_discounts".to_string(),
+            "ledgerlite/discounts.py".to_string(),
+            "ledgerlite.invoice.Invoice.total".to_string(),
+        ];
+        let vacuous = "The code that does not work is the one that does not work.";
+        assert!(c
+            .problems_anchored(vacuous, 5, &anchors)
+            .contains(&Problem::Ungrounded));
+        for good in [
+            "apply_discounts sums the two percentages instead of compounding them.",
+            "The discounts.py module adds percentages of stacked codes.",
+            "Invoice.total() passes a negative amount to the validator.",
+        ] {
+            assert!(
+                !c.problems_anchored(good, 5, &anchors)
+                    .contains(&Problem::Ungrounded),
+                "{good}"
+            );
+        }
+        // A module's plain word is not a name of the code.
+        assert!(c
+            .problems_anchored("In discounts the percentages are added.", 5, &anchors)
+            .contains(&Problem::Ungrounded));
+        // Plain words are not names of the code.
+        assert!(!mentions_any(
+            "the invoice total",
+            &["invoice".to_string(), "total".to_string()]
+        ));
+        assert!(mentions_any(
+            "a LineItem is made",
+            &["LineItem".to_string()]
+        ));
+        // A name inside a longer word does not count.
+        assert!(!mentions_any(
+            "my_apply_discounts_v2 is fine",
+            &anchors[..1]
+        ));
+        assert!(mentions_any("see `apply_discounts`.", &anchors[..1]));
+    }
+
+    #[test]
+    fn figures_must_come_from_the_evidence() {
+        let c = CheckContext::new("60 % off, then 50 %; total -12.50", "t");
+        assert_eq!(
+            numbers_in("a 10.5% discount of 20% on 2 items"),
+            ["10.5", "20"]
+        );
+        assert!(matches!(
+            c.problems("There is a 10.5% discount on the invoice total here.", 3)[..],
+            [Problem::UnknownName(_)]
+        ));
+        assert!(c
+            .problems("The 60 % and 50 % codes give -12.50 in total.", 3)
+            .is_empty());
     }
 }

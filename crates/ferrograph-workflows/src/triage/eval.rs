@@ -143,7 +143,9 @@ pub fn parse_cases(text: &str, path: &Path) -> Result<Vec<EvalCase>, EvalError> 
             .iter()
             .any(|f| f.starts_with('/') || f.split('/').any(|p| p == ".."))
         {
-            return Err(bad("a fixed file is not a relative path inside the package"));
+            return Err(bad(
+                "a fixed file is not a relative path inside the package",
+            ));
         }
         if c.issue.trim().is_empty() || c.title.trim().is_empty() {
             return Err(bad("empty title or issue"));
@@ -221,7 +223,10 @@ pub fn judge(
     code: &str,
     vocabulary: &[String],
 ) -> TextJudgement {
-    let mut known = CheckContext::new(&format!("{}\n{}", s.issue_title, s.issue_body), &s.issue_title);
+    let mut known = CheckContext::new(
+        &format!("{}\n{}", s.issue_title, s.issue_body),
+        &s.issue_title,
+    );
     known.extend(&repo_files.join("\n"));
     known.extend(code);
     known.extend(&vocabulary.join("\n"));
@@ -239,7 +244,11 @@ pub fn judge(
         texts.push(("web_search.summary".into(), w.base.summary.clone(), 4));
     }
     if let Some(c) = &s.codebase {
-        texts.push(("codebase_search.explanation".into(), c.base.reasoning.clone(), 5));
+        texts.push((
+            "codebase_search.explanation".into(),
+            c.base.reasoning.clone(),
+            5,
+        ));
     }
     if let Some(c) = &s.critique {
         texts.push(("critic.summary".into(), c.base.summary.clone(), 4));
@@ -249,20 +258,46 @@ pub fn judge(
     }
     if let Some(w) = &s.writer {
         texts.push(("writer.root_cause".into(), w.report.root_cause.clone(), 8));
-        texts.push(("writer.suggested_fix".into(), w.report.suggested_fix.clone(), 6));
+        texts.push((
+            "writer.suggested_fix".into(),
+            w.report.suggested_fix.clone(),
+            6,
+        ));
         texts.push(("writer.ticket_title".into(), w.ticket_title.clone(), 3));
-        texts.push(("writer.comment".into(), w.github_comment_markdown.clone(), 12));
-        for (i, step) in w.report.reproduction_steps.iter().enumerate() {
-            texts.push((format!("writer.reproduction_step{}", i + 1), step.0.clone(), 1));
+        // The comment is judged line by line, without its Markdown emphasis: it restates the
+        // fields above it, and its file list repeats one form per file.
+        for (i, line) in w
+            .github_comment_markdown
+            .lines()
+            .map(|l| l.replace("**", ""))
+            .filter(|l| l.chars().any(char::is_alphanumeric))
+            .enumerate()
+        {
+            texts.push((format!("writer.comment.line{}", i + 1), line, 0));
         }
     }
     let mut j = TextJudgement::default();
+    if let Some(w) = &s.writer {
+        // Reproduction steps are the report's own lines, verbatim: they must only exist.
+        j.fields.push(JudgedField {
+            field: "writer.reproduction_steps".into(),
+            degenerate: w
+                .report
+                .reproduction_steps
+                .iter()
+                .any(|x| x.0.trim().is_empty()),
+            invented: Vec::new(),
+        });
+    }
     for (field, text, min_words) in texts {
         let problems = known.problems(&text, min_words);
         let degenerate = problems.iter().any(|p| {
             matches!(
                 p,
-                Problem::Empty | Problem::TooShort { .. } | Problem::Repetition(_) | Problem::Placeholder(_)
+                Problem::Empty
+                    | Problem::TooShort { .. }
+                    | Problem::Repetition(_)
+                    | Problem::Placeholder(_)
             )
         });
         let invented = problems
@@ -279,7 +314,9 @@ pub fn judge(
         });
     }
     if let Some(w) = &s.writer {
-        if !w.ticket_assignee_suggestion.is_empty() && !vocabulary.contains(&w.ticket_assignee_suggestion) {
+        if !w.ticket_assignee_suggestion.is_empty()
+            && !vocabulary.contains(&w.ticket_assignee_suggestion)
+        {
             j.fields.push(JudgedField {
                 field: "writer.assignee".into(),
                 degenerate: false,
@@ -385,7 +422,13 @@ impl CaseResult {
         let ranked: Vec<String> = s
             .codebase
             .as_ref()
-            .map(|c| c.relevant_files.iter().take(10).map(|f| f.path.clone()).collect())
+            .map(|c| {
+                c.relevant_files
+                    .iter()
+                    .take(10)
+                    .map(|f| f.path.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         CaseResult {
             case: case.id.clone(),
@@ -473,7 +516,10 @@ pub fn summarize(model: &str, results: &[CaseResult]) -> ModelSummary {
         invented_names: results.iter().map(|r| r.text.invented()).sum(),
         fallback_rate: rate(results.iter().map(|r| r.text.composed).sum(), checked),
         retry_rate: rate(results.iter().map(|r| r.text.from_retry).sum(), checked),
-        schema_valid_rate: rate(results.iter().map(|r| r.text.schema_valid_calls).sum(), calls),
+        schema_valid_rate: rate(
+            results.iter().map(|r| r.text.schema_valid_calls).sum(),
+            calls,
+        ),
         mean_seconds: if n == 0 {
             0.0
         } else {
@@ -515,13 +561,21 @@ pub fn markdown_table(summaries: &[ModelSummary]) -> String {
 
 /// A grouped bar chart as a standalone SVG: one group per label, one bar per series.
 /// Values are drawn on a 0..`max` axis (`max` <= 0 means the largest value).
-pub fn svg_bars(title: &str, unit: &str, labels: &[String], series: &[(String, Vec<f64>)], max: f64) -> String {
+pub fn svg_bars(
+    title: &str,
+    unit: &str,
+    labels: &[String],
+    series: &[(String, Vec<f64>)],
+    max: f64,
+) -> String {
     const W: f64 = 720.0;
     const H: f64 = 360.0;
     const LEFT: f64 = 60.0;
     const BOTTOM: f64 = 70.0;
     const TOP: f64 = 40.0;
-    const COLORS: [&str; 6] = ["#2f6fb0", "#e08a1e", "#4a9a4a", "#b03a3a", "#7a5aa8", "#777777"];
+    const COLORS: [&str; 6] = [
+        "#2f6fb0", "#e08a1e", "#4a9a4a", "#b03a3a", "#7a5aa8", "#777777",
+    ];
     let top = if max > 0.0 {
         max
     } else {
@@ -537,7 +591,11 @@ pub fn svg_bars(title: &str, unit: &str, labels: &[String], series: &[(String, V
     let groups = labels.len().max(1) as f64;
     let group_w = plot_w / groups;
     let bar_w = (group_w * 0.8) / series.len().max(1) as f64;
-    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
     let mut svg = String::new();
     let _ = writeln!(
         svg,
@@ -621,7 +679,9 @@ fn format_tick(v: f64) -> String {
 /// Whether `text` is a regression of the judged quality that a test should flag: kept for
 /// callers that judge one text outside a triage.
 pub fn is_degenerate(text: &str) -> bool {
-    text.trim().is_empty() || check::repetition(text).is_some() || check::placeholder(text).is_some()
+    text.trim().is_empty()
+        || check::repetition(text).is_some()
+        || check::placeholder(text).is_some()
 }
 
 #[cfg(test)]
@@ -660,7 +720,9 @@ issue = "it crashes"
             parse_cases(&hostile, Path::new("x.toml")),
             Err(EvalError::Case { .. })
         ));
-        let unknown = CASES.replace("smoke", "smokey").replace("title =", "colour = \"red\"\ntitle =");
+        let unknown = CASES
+            .replace("smoke", "smokey")
+            .replace("title =", "colour = \"red\"\ntitle =");
         assert!(matches!(
             parse_cases(&unknown, Path::new("x.toml")),
             Err(EvalError::Parse { .. })
@@ -723,7 +785,10 @@ issue = "it crashes"
             "hit@5 <by model>",
             "rate",
             &["smollm2".into(), "gemma".into()],
-            &[("workflow".into(), vec![0.8, 0.9]), ("lexical".into(), vec![0.5, 0.5])],
+            &[
+                ("workflow".into(), vec![0.8, 0.9]),
+                ("lexical".into(), vec![0.5, 0.5]),
+            ],
             1.0,
         );
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -734,7 +799,11 @@ issue = "it crashes"
     #[test]
     fn degenerate_text() {
         assert!(is_degenerate(""));
-        assert!(is_degenerate("to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0"));
-        assert!(!is_degenerate("apply_discounts adds the percentages instead of compounding them."));
+        assert!(is_degenerate(
+            "to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0 to 0.10.0"
+        ));
+        assert!(!is_degenerate(
+            "apply_discounts adds the percentages instead of compounding them."
+        ));
     }
 }

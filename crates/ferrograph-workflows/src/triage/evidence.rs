@@ -68,8 +68,10 @@ static IDENT: LazyLock<Regex> = LazyLock::new(|| {
 static BACKTICK: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"`([^`\n]{1,80})`").unwrap_or_else(|_| never()));
 static FILE_NAME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:[\w.-]+/)*[\w-]+\.(?:py|pyi|rs|js|ts|go|java|c|h|cpp|toml|cfg|ini|json|yaml|yml)\b")
-        .unwrap_or_else(|_| never())
+    Regex::new(
+        r"(?:[\w.-]+/)*[\w-]+\.(?:py|pyi|rs|js|ts|go|java|c|h|cpp|toml|cfg|ini|json|yaml|yml)\b",
+    )
+    .unwrap_or_else(|_| never())
 });
 static VERSION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?:\bv|==\s*|\b)(\d+\.\d+\.\d+(?:[.-]?(?:post|dev|rc|a|b)\d*)?)\b")
@@ -84,21 +86,130 @@ fn never() -> Regex {
 
 /// Words that look like identifiers but tell nothing about where a bug is.
 const NOISE: &[&str] = &[
-    "self", "cls", "None", "True", "False", "print", "return", "import", "from", "def", "class",
-    "lambda", "async", "await", "yield", "pass", "raise", "assert", "with", "for", "while",
-    "if", "else", "elif", "try", "except", "finally", "in", "is", "not", "and", "or", "fn",
-    "let", "mut", "pub", "use", "impl", "struct", "enum", "mod", "crate", "super", "Self",
-    "Some", "Ok", "Err", "unwrap", "expect", "main", "len", "str", "int", "float", "list",
-    "dict", "set", "tuple", "bool", "bytes", "object", "type", "range", "open", "Traceback",
-    "most", "recent", "call", "last", "line", "File", "ValueError", "TypeError", "KeyError",
-    "IndexError", "AttributeError", "RuntimeError", "Exception", "AssertionError",
-    "NotImplementedError", "OSError", "IOError", "RuntimeWarning", "UserWarning",
-    "DeprecationWarning", "FutureWarning", "ImportError", "ModuleNotFoundError",
-    "StopIteration", "ZeroDivisionError", "OverflowError", "RecursionError", "UnicodeDecodeError",
-    "UnicodeEncodeError", "FileNotFoundError", "PermissionError", "String", "Vec", "Option",
-    "Result", "Box", "std", "core", "alloc", "python", "python3", "pip", "install", "venv",
-    "site", "packages", "site-packages", "usr", "lib", "home", "http", "https", "www", "com",
-    "github", "org", "e.g", "i.e", "etc",
+    "self",
+    "cls",
+    "None",
+    "True",
+    "False",
+    "print",
+    "return",
+    "import",
+    "from",
+    "def",
+    "class",
+    "lambda",
+    "async",
+    "await",
+    "yield",
+    "pass",
+    "raise",
+    "assert",
+    "with",
+    "for",
+    "while",
+    "if",
+    "else",
+    "elif",
+    "try",
+    "except",
+    "finally",
+    "in",
+    "is",
+    "not",
+    "and",
+    "or",
+    "fn",
+    "let",
+    "mut",
+    "pub",
+    "use",
+    "impl",
+    "struct",
+    "enum",
+    "mod",
+    "crate",
+    "super",
+    "Self",
+    "Some",
+    "Ok",
+    "Err",
+    "unwrap",
+    "expect",
+    "main",
+    "len",
+    "str",
+    "int",
+    "float",
+    "list",
+    "dict",
+    "set",
+    "tuple",
+    "bool",
+    "bytes",
+    "object",
+    "type",
+    "range",
+    "open",
+    "Traceback",
+    "most",
+    "recent",
+    "call",
+    "last",
+    "line",
+    "File",
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "IndexError",
+    "AttributeError",
+    "RuntimeError",
+    "Exception",
+    "AssertionError",
+    "NotImplementedError",
+    "OSError",
+    "IOError",
+    "RuntimeWarning",
+    "UserWarning",
+    "DeprecationWarning",
+    "FutureWarning",
+    "ImportError",
+    "ModuleNotFoundError",
+    "StopIteration",
+    "ZeroDivisionError",
+    "OverflowError",
+    "RecursionError",
+    "UnicodeDecodeError",
+    "UnicodeEncodeError",
+    "FileNotFoundError",
+    "PermissionError",
+    "String",
+    "Vec",
+    "Option",
+    "Result",
+    "Box",
+    "std",
+    "core",
+    "alloc",
+    "python",
+    "python3",
+    "pip",
+    "install",
+    "venv",
+    "site",
+    "packages",
+    "site-packages",
+    "usr",
+    "lib",
+    "home",
+    "http",
+    "https",
+    "www",
+    "com",
+    "github",
+    "org",
+    "e.g",
+    "i.e",
+    "etc",
 ];
 
 impl Evidence {
@@ -228,10 +339,25 @@ impl Evidence {
     /// `pkg/mod.py` (or `src/pkg/mod.py`). Innermost frames first, each file once.
     pub fn repo_files<'a>(&self, repo_files: &'a [String]) -> Vec<&'a str> {
         let mut out: Vec<&'a str> = Vec::new();
-        let named = self
+        // Innermost first; but when the innermost frame is a check that only raises
+        // (`_check_not_negative`, `validate`), the value it refused was made by its caller:
+        // the caller's file comes first.
+        let mut frames: Vec<&Frame> = self
             .frames
             .iter()
             .rev()
+            .filter(|f| match_repo_path(&f.file, repo_files).is_some())
+            .collect();
+        if frames.len() >= 2
+            && frames[0]
+                .function
+                .as_deref()
+                .is_some_and(Self::is_check_function)
+        {
+            frames.swap(0, 1);
+        }
+        let named = frames
+            .into_iter()
             .map(|f| f.file.as_str())
             .chain(self.files.iter().map(String::as_str));
         for f in named {
@@ -242,6 +368,15 @@ impl Evidence {
             }
         }
         out
+    }
+
+    /// Whether a function name says it only checks and raises (`_check_not_negative`,
+    /// `validate_input`, `ensure_positive`, `assert_valid`, `_raise_for_status`).
+    pub fn is_check_function(name: &str) -> bool {
+        let n = name.trim_start_matches('_').to_lowercase();
+        ["check", "validate", "ensure", "assert", "raise", "verify"]
+            .iter()
+            .any(|p| n.starts_with(p))
     }
 
     /// The constant words of the error messages (`invoice total cannot be negative` of
@@ -261,7 +396,9 @@ impl Evidence {
             for w in msg.split_whitespace() {
                 let word = w.trim_matches(|c: char| c == ',' || c == '.' || c == ';');
                 let plain = !word.is_empty()
-                    && word.chars().all(|c| c.is_alphabetic() || c == '\'' || c == '-')
+                    && word
+                        .chars()
+                        .all(|c| c.is_alphabetic() || c == '\'' || c == '-')
                     && word == w.trim_end_matches([',', '.', ';']);
                 if plain {
                     run.push(word);
@@ -329,7 +466,11 @@ pub fn match_repo_path<'a>(reported: &str, repo_files: &'a [String]) -> Option<&
 }
 
 fn clean(line: &str) -> &str {
-    line.trim().trim_start_matches('>').trim().trim_matches('`').trim()
+    line.trim()
+        .trim_start_matches('>')
+        .trim()
+        .trim_matches('`')
+        .trim()
 }
 
 fn is_caret_line(l: &str) -> bool {
@@ -381,7 +522,9 @@ fn looks_like_code(name: &str, code_context: bool) -> bool {
         .count();
     let path = (name.contains('.') || name.contains("::"))
         && !name.ends_with(".md")
-        && name.split(['.', ':']).all(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()));
+        && name
+            .split(['.', ':'])
+            .all(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()));
     snake || humps >= 1 || path || (code_context && name.chars().any(|c| c.is_ascii_lowercase()))
 }
 
@@ -417,10 +560,16 @@ The CLI (`ledgerlite total --code SPRING60`) fails the same way. ledgerlite 0.4.
         assert_eq!(ev.frames.len(), 3);
         assert_eq!(ev.frames[2].function.as_deref(), Some("apply_discounts"));
         assert_eq!(ev.frames[2].line, Some(96));
-        assert_eq!(ev.frames[1].code.as_deref(), Some("net = apply_discounts(subtotal, self.codes, validate=_check_not_negative)"));
+        assert_eq!(
+            ev.frames[1].code.as_deref(),
+            Some("net = apply_discounts(subtotal, self.codes, validate=_check_not_negative)")
+        );
         assert!(ev.identifiers.contains(&"apply_discounts".to_string()));
         assert!(ev.identifiers.contains(&"_check_not_negative".to_string()));
-        assert!(!ev.identifiers.iter().any(|i| i == "ValueError" || i == "self"));
+        assert!(!ev
+            .identifiers
+            .iter()
+            .any(|i| i == "ValueError" || i == "self"));
         assert_eq!(ev.versions, vec!["0.4.1"]);
         let repo = vec![
             "ledgerlite/invoice.py".to_string(),
@@ -431,7 +580,10 @@ The CLI (`ledgerlite total --code SPRING60`) fails the same way. ledgerlite 0.4.
             ev.repo_files(&repo),
             vec!["ledgerlite/discounts.py", "ledgerlite/invoice.py"]
         );
-        assert_eq!(ev.message_phrases(), vec!["invoice total cannot be negative"]);
+        assert_eq!(
+            ev.message_phrases(),
+            vec!["invoice total cannot be negative"]
+        );
     }
 
     #[test]
@@ -468,16 +620,26 @@ The CLI (`ledgerlite total --code SPRING60`) fails the same way. ledgerlite 0.4.
             "When I call naturaldelta with a timedelta of months it says years. Expected the value to be right.",
         );
         assert!(ev.identifiers.is_empty(), "{:?}", ev.identifiers);
-        let ev = Evidence::extract("x", "Calling `naturaldelta(months=True)` or precisedelta() breaks");
+        let ev = Evidence::extract(
+            "x",
+            "Calling `naturaldelta(months=True)` or precisedelta() breaks",
+        );
         assert!(ev.identifiers.contains(&"naturaldelta".to_string()));
         assert!(ev.identifiers.contains(&"precisedelta".to_string()));
     }
 
     #[test]
     fn bare_file_names_match_only_when_unique() {
-        let repo = vec!["a/util.py".to_string(), "b/util.py".to_string(), "b/x.py".to_string()];
+        let repo = vec![
+            "a/util.py".to_string(),
+            "b/util.py".to_string(),
+            "b/x.py".to_string(),
+        ];
         assert_eq!(match_repo_path("util.py", &repo), None);
-        assert_eq!(match_repo_path("/site-packages/b/util.py", &repo), Some("b/util.py"));
+        assert_eq!(
+            match_repo_path("/site-packages/b/util.py", &repo),
+            Some("b/util.py")
+        );
         assert_eq!(match_repo_path("x.py", &repo), Some("b/x.py"));
         assert_eq!(match_repo_path("zzz.py", &repo), None);
     }

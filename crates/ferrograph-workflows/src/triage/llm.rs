@@ -39,7 +39,9 @@ impl AgentLlm {
     pub fn new(primary: Arc<dyn ChatModel>, fallback: Option<Arc<dyn ChatModel>>) -> Self {
         // The repetition guard stops loops while decoding (the text checks catch the rest);
         // eight tokens, so that a long identifier may be named twice.
-        let base = GenerateOptions::greedy().max_context(4096).no_repeat_ngram(8);
+        let base = GenerateOptions::greedy()
+            .max_context(4096)
+            .no_repeat_ngram(8);
         let (fallback, fallback_options) = match fallback {
             Some(f) => (f, base.clone()),
             None => (
@@ -196,7 +198,9 @@ impl AgentLlm {
     ) -> (Result<T, LlmError>, LlmCall) {
         let started = Instant::now();
         if alternative {
-            return self.call_alternative(purpose, messages, set, parse, sink).await;
+            return self
+                .call_alternative(purpose, messages, set, parse, sink)
+                .await;
         }
         let mut rec = LlmCall {
             purpose: purpose.to_string(),

@@ -219,14 +219,8 @@ async fn publish(
     default_root: &std::path::Path,
 ) -> Result<TriageStateUpdate, NodeError> {
     let dir = out_dir_of(s, default_root, ctx.thread_id());
-    let status = if s.writer.is_some() {
-        "COMPLETED"
-    } else {
-        "FAILED"
-    };
-    let error = if s.writer.is_some() {
-        None
-    } else {
+    // A report without a codebase finding would rest on nothing: the run failed.
+    let error = if s.writer.is_none() {
         Some(
             s.agent_runs
                 .iter()
@@ -236,6 +230,23 @@ async fn publish(
                 .map(|e| format!("no report: the writer failed ({e})"))
                 .unwrap_or_else(|| "no report was written".into()),
         )
+    } else if s.codebase.is_none() {
+        Some(
+            s.agent_runs
+                .iter()
+                .rev()
+                .find(|r| r.agent == agent::CODEBASE_SEARCH)
+                .and_then(|r| r.error.clone())
+                .map(|e| format!("the codebase search failed ({e})"))
+                .unwrap_or_else(|| "the codebase search produced no finding".into()),
+        )
+    } else {
+        None
+    };
+    let status = if error.is_none() {
+        "COMPLETED"
+    } else {
+        "FAILED"
     };
     let mut fin = s.clone();
     fin.status = status.into();

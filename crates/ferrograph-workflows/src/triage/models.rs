@@ -305,6 +305,32 @@ pub enum Severity {
 }
 
 impl Severity {
+    /// The severity the report's words support: CRITICAL for data loss, corruption,
+    /// security or an outage; HIGH for a crash, an exception or a panic (an error line);
+    /// LOW for documentation, typos or cosmetic output; MEDIUM otherwise (wrong results).
+    pub fn from_evidence(text: &str, has_error_line: bool) -> Severity {
+        let t = text.to_lowercase();
+        let any = |words: &[&str]| words.iter().any(|w| t.contains(w));
+        if any(&[
+            "data loss",
+            "lost data",
+            "corrupt",
+            "security",
+            "vulnerab",
+            "remote code",
+            "injection",
+            "outage",
+        ]) {
+            Severity::Critical
+        } else if has_error_line || any(&["crash", "panic", "segfault", "traceback", "exception"]) {
+            Severity::High
+        } else if any(&["typo", "documentation", "docstring", "cosmetic", "deprecat"]) {
+            Severity::Low
+        } else {
+            Severity::Medium
+        }
+    }
+
     /// The name used in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -361,6 +387,18 @@ pub enum Effort {
     XL,
 }
 
+impl Effort {
+    /// The effort the findings suggest: S when one file stands out, M when the top files
+    /// score alike (the change may span them).
+    pub fn from_files(scores: &[f32]) -> Effort {
+        match scores {
+            [] | [_] => Effort::S,
+            [a, b, ..] if *b < 0.7 * *a => Effort::S,
+            _ => Effort::M,
+        }
+    }
+}
+
 /// The writer's root-cause sub-call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RootCauseOutput {
@@ -377,16 +415,14 @@ pub struct FixOutput {
     pub suggested_fix: String,
 }
 
-/// The writer's ticket sub-call: the title and the choices.
+/// The writer's ticket sub-call: the title and the choices from configured lists. Severity
+/// and effort are decided in code from the evidence ([`Severity::from_evidence`],
+/// [`Effort::from_files`]): a 135M model picks the first enum value, not the right one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TicketOutput {
     /// Ticket title: the symptom and where.
     #[schemars(length(min = 12, max = 90))]
     pub title: String,
-    /// Severity.
-    pub severity: Severity,
-    /// Effort.
-    pub effort: Effort,
     /// Labels (constrained to the configured vocabulary).
     #[schemars(length(min = 1, max = 3))]
     pub labels: Vec<String>,
@@ -434,7 +470,11 @@ mod tests {
 
     #[test]
     fn only_a_confirmed_ready_review_is_approved() {
-        let v = map_critique_to_verdict(&critique(Critique::Confirmed, true, 0.2), vec!["x".into()], 1);
+        let v = map_critique_to_verdict(
+            &critique(Critique::Confirmed, true, 0.2),
+            vec!["x".into()],
+            1,
+        );
         assert_eq!(v.verdict, Gate::Approved);
         assert!(v.gaps.is_empty() && v.required_evidence.is_empty());
         assert!((v.confidence - 0.7).abs() < 1e-9);
@@ -443,7 +483,11 @@ mod tests {
             (Critique::Uncertain, true),
             (Critique::Challenged, true),
         ] {
-            let v = map_critique_to_verdict(&critique(c, ready, -0.9), vec!["apply_discounts".into()], 2);
+            let v = map_critique_to_verdict(
+                &critique(c, ready, -0.9),
+                vec!["apply_discounts".into()],
+                2,
+            );
             assert_eq!(v.verdict, Gate::Rejected, "{c:?} ready={ready}");
             assert_eq!(v.required_evidence, vec!["apply_discounts"]);
             assert_eq!(v.gaps, vec!["no test reproduces it"]);
@@ -463,5 +507,29 @@ mod tests {
         assert!(verdict.contains("CONFIRMED") && verdict.contains("CHALLENGED"));
         let t = serde_json::to_value(schemars::schema_for!(TicketOutput)).unwrap();
         assert_eq!(t["properties"]["title"]["maxLength"], 90);
+        assert!(t["properties"].get("severity").is_none());
+    }
+
+    #[test]
+    fn severity_and_effort_follow_the_evidence() {
+        assert_eq!(
+            Severity::from_evidence("the cache gets corrupted", false),
+            Severity::Critical
+        );
+        assert_eq!(Severity::from_evidence("it fails", true), Severity::High);
+        assert_eq!(
+            Severity::from_evidence("thread 'main' panicked at", false),
+            Severity::High
+        );
+        assert_eq!(
+            Severity::from_evidence("typo in the docstring", false),
+            Severity::Low
+        );
+        assert_eq!(
+            Severity::from_evidence("returns 3 instead of 4", false),
+            Severity::Medium
+        );
+        assert_eq!(Effort::from_files(&[0.3, 0.1]), Effort::S);
+        assert_eq!(Effort::from_files(&[0.3, 0.28]), Effort::M);
     }
 }

@@ -124,7 +124,10 @@ pub fn markdown(s: &TriageState) -> String {
              `model`: the first answer passed; `model_retry`: the second try passed; `composed`: \
              written in code from the evidence after two refused answers (or without a model).\n"
         );
-        let _ = writeln!(md, "| agent | round | field | source | refused because |\n|---|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| agent | round | field | source | refused because |\n|---|---|---|---|---|"
+        );
         for c in &s.field_checks {
             let _ = writeln!(
                 md,
@@ -133,7 +136,9 @@ pub fn markdown(s: &TriageState) -> String {
                 c.round,
                 c.field,
                 c.source,
-                clip(&c.problems.join("; "), 160).replace('|', "\\|").replace('\n', " ")
+                clip(&c.problems.join("; "), 160)
+                    .replace('|', "\\|")
+                    .replace('\n', " ")
             );
         }
         md.push('\n');

@@ -340,8 +340,19 @@ fn rank_files(chunks: &[(Hit, f32)], signals: &HashMap<String, Vec<String>>) -> 
 /// Whether `text` defines `name` (a function, class, type, method or module-level constant).
 fn defines(text: &str, name: &str) -> bool {
     const KEYWORDS: &[&str] = &[
-        "def ", "class ", "fn ", "struct ", "enum ", "trait ", "type ", "function ", "const ",
-        "static ", "mod ", "async def ", "interface ",
+        "def ",
+        "class ",
+        "fn ",
+        "struct ",
+        "enum ",
+        "trait ",
+        "type ",
+        "function ",
+        "const ",
+        "static ",
+        "mod ",
+        "async def ",
+        "interface ",
     ];
     for line in text.lines() {
         let t = line.trim_start();
@@ -510,7 +521,14 @@ fn hybrid(
             }
         }
     }
-    for (weight, mut list) in [(2.0, definitions), (2.0, phrases), (1.5, frames)] {
+    // Where the message is raised matters most without a stack trace; with one, the frames
+    // say more (the raise may sit in a check called by the faulty code).
+    let phrase_weight = if plan.frame_files.is_empty() {
+        2.0
+    } else {
+        1.0
+    };
+    for (weight, mut list) in [(2.0, definitions), (phrase_weight, phrases), (1.5, frames)] {
         list.sort();
         if !list.is_empty() {
             lists.push((weight, list.into_iter().map(|(_, id)| id).collect()));
@@ -560,8 +578,14 @@ mod tests {
 
     #[test]
     fn definitions_are_found_and_calls_are_not() {
-        assert!(defines("x = 1\ndef apply_discounts(a, b):\n    pass", "apply_discounts"));
-        assert!(defines("    pub fn parse_duration(s: &str)", "parse_duration"));
+        assert!(defines(
+            "x = 1\ndef apply_discounts(a, b):\n    pass",
+            "apply_discounts"
+        ));
+        assert!(defines(
+            "    pub fn parse_duration(s: &str)",
+            "parse_duration"
+        ));
         assert!(defines("DEFAULT_RATE = 0.19\n", "DEFAULT_RATE"));
         assert!(!defines("net = apply_discounts(a, b)", "apply_discounts"));
         assert!(!defines("def apply_discounts_v2():", "apply_discounts"));
@@ -569,7 +593,16 @@ mod tests {
 
     #[test]
     fn tests_docs_and_packaging_are_secondary() {
-        for p in ["tests/test_x.py", "pkg/tests/util.py", "docs/conf.py", "README.md", "setup.py", "pkg/_version.py", "test_api.py", "Cargo.toml"] {
+        for p in [
+            "tests/test_x.py",
+            "pkg/tests/util.py",
+            "docs/conf.py",
+            "README.md",
+            "setup.py",
+            "pkg/_version.py",
+            "test_api.py",
+            "Cargo.toml",
+        ] {
             assert!(is_secondary(p), "{p}");
         }
         for p in ["pkg/discounts.py", "src/lib.rs", "src/parser.rs"] {
