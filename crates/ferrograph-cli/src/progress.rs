@@ -180,12 +180,9 @@ impl Progress {
         if let Some(e) = error {
             line.push_str(&format!(" · {}", e.chars().take(160).collect::<String>()));
         }
-        match self.agents.remove(&name) {
-            Some(a) => {
-                a.bar.finish_and_clear();
-                self.multi.remove(&a.bar);
-            }
-            None => {}
+        if let Some(a) = self.agents.remove(&name) {
+            a.bar.finish_and_clear();
+            self.multi.remove(&a.bar);
         }
         self.println(line);
     }

@@ -370,8 +370,8 @@ fn defines(text: &str, name: &str) -> bool {
                 }
             }
         }
-        if line.starts_with(name) {
-            let after = line[name.len()..].trim_start();
+        if let Some(rest) = line.strip_prefix(name) {
+            let after = rest.trim_start();
             if after.starts_with('=') && !after.starts_with("==") {
                 return true;
             }
