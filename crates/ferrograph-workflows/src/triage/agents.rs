@@ -345,7 +345,11 @@ impl Agents {
             120,
             |schema| {
                 if areas.is_empty() {
-                    constrain_to(schema, "affected_areas", std::slice::from_ref(&s.issue_title));
+                    constrain_to(
+                        schema,
+                        "affected_areas",
+                        std::slice::from_ref(&s.issue_title),
+                    );
                 } else {
                     constrain_to(schema, "affected_areas", &areas);
                 }
