@@ -313,6 +313,17 @@ pub fn repetition(text: &str) -> Option<String> {
     None
 }
 
+/// The lines of a Markdown comment that carry words, without bold markers: the unit in
+/// which a comment is judged (it restates the report's fields, and its file list repeats one
+/// form per file, so the whole comment repeats itself by design).
+pub fn comment_lines(markdown: &str) -> Vec<String> {
+    markdown
+        .lines()
+        .map(|l| l.replace("**", ""))
+        .filter(|l| l.chars().any(char::is_alphanumeric))
+        .collect()
+}
+
 /// A template placeholder in the text, if any.
 pub fn placeholder(text: &str) -> Option<String> {
     let lower = text.to_lowercase();

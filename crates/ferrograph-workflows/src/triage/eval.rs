@@ -266,11 +266,8 @@ pub fn judge(
         texts.push(("writer.ticket_title".into(), w.ticket_title.clone(), 3));
         // The comment is judged line by line, without its Markdown emphasis: it restates the
         // fields above it, and its file list repeats one form per file.
-        for (i, line) in w
-            .github_comment_markdown
-            .lines()
-            .map(|l| l.replace("**", ""))
-            .filter(|l| l.chars().any(char::is_alphanumeric))
+        for (i, line) in check::comment_lines(&w.github_comment_markdown)
+            .into_iter()
             .enumerate()
         {
             texts.push((format!("writer.comment.line{}", i + 1), line, 0));
