@@ -2,6 +2,8 @@
 //! and `ferrograph bench graph`, which prints JSON that `benches/peers/compare_graph.py` sets
 //! side by side with the same graphs built in LangGraph.
 //!
+//! [`llm`]: `bench_llm` and the llama.cpp comparison behind `ferrograph bench llm`.
+//!
 //! - `chain10`: ten no-op nodes in a chain. Reported per node step.
 //! - `fanout100`: a dispatch node sends 100 tasks to a worker that appends its item, and a
 //!   join runs once after all of them. Reported per run (102 node executions).
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod checkpoint;
+pub mod llm;
 
 /// State of the chain graph.
 #[derive(State, Clone, Debug, Default, Serialize, Deserialize)]

@@ -8,8 +8,8 @@ use ferrograph::checkpoint_savers::SledSaver;
 use ferrograph::core::stream::NodeEventKind;
 use ferrograph::prelude::*;
 use ferrograph::CheckpointSaver;
+use ferrograph::{Entry, Registry};
 use ferrograph_server::{serve, serve_on, AppState, ServeOptions, ServerError};
-use ferrograph_workflows::{Entry, Registry};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
@@ -115,7 +115,7 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         let saver: Arc<dyn CheckpointSaver> = SledSaver::open(dir.path().join("db")).unwrap();
         let runtime = Runtime::new().await.unwrap();
-        let mut registry: Registry = ferrograph_workflows::builtin(&runtime, saver.clone())
+        let mut registry: Registry = ferrograph_basics::registry(&runtime, saver.clone())
             .await
             .unwrap();
         let chat = runtime
@@ -973,7 +973,7 @@ async fn a_token_guards_every_route_but_healthz_and_non_loopback_binds_need_one(
     let dir = tempfile::tempdir().unwrap();
     let saver: Arc<dyn CheckpointSaver> = SledSaver::open(dir.path().join("db")).unwrap();
     let runtime = Runtime::new().await.unwrap();
-    let registry = ferrograph_workflows::builtin(&runtime, saver.clone())
+    let registry = ferrograph_basics::registry(&runtime, saver.clone())
         .await
         .unwrap();
     let options = ServeOptions {

@@ -56,7 +56,7 @@ async fn a_thousand_concurrent_review_threads_lose_no_run() {
     let dir = tempfile::tempdir().unwrap();
     let saver: Arc<dyn CheckpointSaver> = SledSaver::open(dir.path().join("db")).unwrap();
     let runtime = Runtime::new().await.unwrap();
-    let registry = ferrograph_workflows::builtin(&runtime, saver.clone())
+    let registry = ferrograph_basics::registry(&runtime, saver.clone())
         .await
         .unwrap();
     let state = AppState::new(registry, saver, None);

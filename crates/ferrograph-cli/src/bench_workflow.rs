@@ -6,9 +6,7 @@ use anyhow::{Context, Result};
 use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, Workflow};
 use ferrograph_llm::{ChatModel, LoadOptions, LocalChatModel};
-use ferrograph_workflows::triage::{
-    llm::AgentLlm, retrieval, TriageSettings, TriageState, TriageWorkflow,
-};
+use ferrograph_triage::{llm::AgentLlm, retrieval, TriageSettings, TriageState, TriageWorkflow};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -77,7 +75,7 @@ async fn one_run(
         tool_timeout: Duration::from_secs(30),
         embedder: retrieval::minilm(),
         team: Vec::new(),
-        labels: ferrograph_workflows::triage::agents::default_labels(),
+        labels: ferrograph_triage::agents::default_labels(),
     };
     let rt = Runtime::new().await?;
     let wf = TriageWorkflow::load(&rt, Arc::new(MemorySaver::new()), &settings)
@@ -136,7 +134,7 @@ pub async fn bench_triage(
     if let Some(d) = docs {
         args.extend(["--docs".to_string(), d.display().to_string()]);
     }
-    let input = ferrograph_workflows::triage::parse_args(&args).map_err(anyhow::Error::msg)?;
+    let input = ferrograph_triage::parse_args(&args).map_err(anyhow::Error::msg)?;
     // Build the indexes first, so both runs find them warm.
     let started = Instant::now();
     let r = retrieval::Retrieval::new(

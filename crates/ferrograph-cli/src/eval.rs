@@ -8,11 +8,11 @@ use anyhow::{bail, Context, Result};
 use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, Workflow};
 use ferrograph_llm::{ChatModel, LocalChatModel};
-use ferrograph_workflows::triage::eval::{
+use ferrograph_triage::eval::{
     baseline_query, load_cases, markdown_table, rank_of, summarize, svg_bars, CaseResult, EvalCase,
     ModelSummary,
 };
-use ferrograph_workflows::triage::{
+use ferrograph_triage::{
     agents, llm::AgentLlm, retrieval, TriageSettings, TriageState, TriageWorkflow,
 };
 use serde_json::json;
@@ -252,7 +252,7 @@ pub async fn run(opts: &EvalOptions) -> Result<Vec<ModelSummary>> {
                 "--out".into(),
                 run_dir.display().to_string(),
             ];
-            let input = ferrograph_workflows::triage::parse_args(&args)
+            let input = ferrograph_triage::parse_args(&args)
                 .map_err(|e| anyhow::anyhow!("case {}: {e}", case.id))?;
             let started = Instant::now();
             let thread = format!("eval-{}-{}", slug(&m.label), case.id);

@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use ferrograph_workflows::fraud::dataset::{generate, Dataset, DEFAULT_SEED};
-use ferrograph_workflows::fraud::store::FraudStore;
+use ferrograph_fraud::dataset::{generate, Dataset, DEFAULT_SEED};
+use ferrograph_fraud::store::FraudStore;
 use std::path::{Path, PathBuf};
 
 /// What `ferrograph fraud` does.

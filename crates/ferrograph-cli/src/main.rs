@@ -18,10 +18,10 @@ use clap::{Args, Parser, Subcommand};
 use config::Config;
 use ferrograph::checkpoint_savers::SledSaver;
 use ferrograph::runtime::{JsonInput, JsonOutcome};
+use ferrograph::Registry;
 use ferrograph::{
     CheckpointSaver, Resume, RunConfig, RunError, Runtime, StreamMode, StreamModes, ThreadStatus,
 };
-use ferrograph_workflows::Registry;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::path::PathBuf;
@@ -331,8 +331,7 @@ impl App {
             .with_context(|| format!("opening {}", config.checkpoint_dir().display()))?;
         let runtime = Runtime::new().await?;
         let settings = workflow_settings(&config);
-        let registry =
-            ferrograph_workflows::builtin_with(&runtime, saver.clone(), &settings).await?;
+        let registry = builtin_registry(&runtime, saver.clone(), &settings).await?;
         Ok(App {
             config,
             runtime,
@@ -358,7 +357,7 @@ impl App {
         c
     }
 
-    fn entry(&self, name: &str) -> Result<&ferrograph_workflows::Entry> {
+    fn entry(&self, name: &str) -> Result<&ferrograph::Entry> {
         self.registry.get(name).with_context(|| {
             format!(
                 "unknown workflow `{name}` (available: {})",
@@ -432,7 +431,21 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
 /// model. The model is the provider that `FERROGRAPH_*` variables, then the config file,
 /// describe (a remote OpenAI-compatible server, or a local GGUF: the configured one or the
 /// manifest's default), so a workflow switches between local and remote by configuration.
-fn workflow_settings(config: &Config) -> ferrograph_workflows::WorkflowSettings {
+/// Every workflow the CLI ships: `demo` and `review` (no model or data), `fraud` and `triage`
+/// (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
+async fn builtin_registry(
+    runtime: &Runtime,
+    saver: Arc<dyn ferrograph::CheckpointSaver>,
+    settings: &ferrograph::WorkflowSettings,
+) -> Result<Registry, ferrograph::RegistryError> {
+    let mut r = Registry::new();
+    ferrograph_basics::register(&mut r, runtime, saver.clone()).await?;
+    ferrograph_fraud::register(&mut r, runtime, saver.clone(), settings).await?;
+    ferrograph_triage::register(&mut r, runtime, saver, settings).await?;
+    Ok(r)
+}
+
+fn workflow_settings(config: &Config) -> ferrograph::WorkflowSettings {
     let lookup = |name: &str| {
         std::env::var(name)
             .ok()
@@ -459,7 +472,7 @@ fn workflow_settings(config: &Config) -> ferrograph_workflows::WorkflowSettings 
             None
         }
     };
-    ferrograph_workflows::WorkflowSettings {
+    ferrograph::WorkflowSettings {
         data_dir: config.data_dir.clone(),
         max_steps: config
             .max_steps_set
@@ -667,7 +680,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 Some(m) => ferrograph_llm::manifest::ensure_model(&m)?,
             };
             if peer.is_some() {
-                let c = ferrograph_llm::bench::compare_llama_cpp(
+                let c = ferrograph_benches::llm::compare_llama_cpp(
                     &path,
                     threads,
                     prompt_tokens,
@@ -682,7 +695,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let r = ferrograph_llm::bench_llm(&path, threads, prompt_tokens, gen_tokens).await?;
+            let r = ferrograph_benches::llm::bench_llm(&path, threads, prompt_tokens, gen_tokens)
+                .await?;
             if json {
                 print::line(serde_json::to_string_pretty(&r)?);
             } else {

@@ -11,7 +11,7 @@ use crate::error::{IndexError, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
-use ferrograph_llm::DeviceKind;
+use ferrograph_models::DeviceKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -155,19 +155,19 @@ impl BertEmbedder {
     }
 
     /// Loads a model of `models/models.toml` by name, fetching it first when it is missing
-    /// (see [`ferrograph_llm::manifest::ensure_model`]).
+    /// (see [`ferrograph_models::manifest::ensure_model`]).
     pub fn from_manifest(name: &str, options: EmbedOptions) -> Result<Self> {
-        let path = ferrograph_llm::manifest::ensure_model(name)?;
+        let path = ferrograph_models::manifest::ensure_model(name)?;
         let dir = path
             .parent()
             .ok_or_else(|| IndexError::Embedding(format!("{} has no folder", path.display())))?;
         Self::load(dir, options)
     }
 
-    /// The model's folder of the manifest, without fetching: [`ferrograph_llm::LlmError::ModelMissing`]
+    /// The model's folder of the manifest, without fetching: [`ferrograph_chat::LlmError::ModelMissing`]
     /// (naming the fetch command) when it is not there.
     pub fn locate(name: &str) -> Result<PathBuf> {
-        let manifest = ferrograph_llm::manifest::Manifest::default_manifest()?;
+        let manifest = ferrograph_models::manifest::Manifest::default_manifest()?;
         let path = manifest.model_path(name)?;
         Ok(path.parent().map(Path::to_path_buf).unwrap_or_default())
     }

@@ -61,7 +61,7 @@ pub enum IndexError {
     Embedding(String),
     /// Locating or fetching the model failed.
     #[error(transparent)]
-    Model(#[from] ferrograph_llm::LlmError),
+    Model(#[from] ferrograph_chat::LlmError),
     /// An argument is invalid (a filter, a query, options).
     #[error("invalid argument: {0}")]
     Invalid(String),

@@ -2,7 +2,7 @@
 //! and a retriever.
 //!
 //! - [`BertEmbedder`]: all-MiniLM-L6-v2 (from `models/`, see
-//!   [`ferrograph_llm::manifest`]) on candle — mean pooling over the attention mask,
+//!   [`ferrograph_models::manifest`]) on candle — mean pooling over the attention mask,
 //!   L2-normalized, batched by length, CPU by default ([`EmbedOptions::device`]).
 //! - [`Index`]: sled holds the chunks, vectors and metadata (the source of truth); an HNSW
 //!   graph (hnsw_rs) is a cache, dumped crash-safely and rebuilt from the stored vectors

@@ -111,8 +111,8 @@ enum Weights {
     Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
     Phi3(quantized_phi3::ModelWeights),
-    /// Our own kernels ([`crate::fast`]).
-    Fast(crate::fast::DecoderModel),
+    /// Our own kernels ([`ferrograph_kernels::decoder`]).
+    Fast(ferrograph_kernels::decoder::DecoderModel),
 }
 
 impl Weights {
@@ -345,7 +345,7 @@ impl Engine {
             None => ChatTemplate::fallback(&arch, &specials.bos_text, &specials.eos_text)?,
         };
 
-        let device = options.device.device()?;
+        let device = crate::options::candle_device(options.device)?;
         // Weights are read through a counting reader: a progress bar on a terminal, or the
         // callback set with `progress::set_load_progress`.
         let total = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -356,11 +356,11 @@ impl Engine {
         );
         let bad = |e: candle_core::Error| LlmError::invalid(path, e);
         let kernels = options.kernels.resolve();
-        let support = crate::fast::check_supported(&ct);
+        let support = ferrograph_kernels::decoder::check_supported(&ct);
         let fast = match (kernels, &support) {
-            (crate::fast::Kernels::Candle, _) => false,
+            (ferrograph_kernels::decoder::Kernels::Candle, _) => false,
             (_, Ok(())) if device.is_cpu() => true,
-            (crate::fast::Kernels::Fast, Err(why)) => {
+            (ferrograph_kernels::decoder::Kernels::Fast, Err(why)) => {
                 return Err(LlmError::invalid(path, format!("no fast kernels: {why}")))
             }
             _ => false,
@@ -382,7 +382,7 @@ impl Engine {
         }
         let weights =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match arch.as_str() {
-                _ if fast => crate::fast::DecoderModel::load(&ct, &mut file)
+                _ if fast => ferrograph_kernels::decoder::DecoderModel::load(&ct, &mut file)
                     .map(Weights::Fast)
                     .map_err(candle_core::Error::Msg),
                 "llama" => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device)
@@ -435,7 +435,7 @@ impl Engine {
         self.shared.clone()
     }
 
-    /// Which forward pass runs the model: `fast` (our kernels, [`crate::fast`]) or `candle`.
+    /// Which forward pass runs the model: `fast` (our kernels, [`ferrograph_kernels::decoder`]) or `candle`.
     pub fn kernels_name(&self) -> &'static str {
         match self.base {
             Some(Weights::Fast(_)) => "fast",

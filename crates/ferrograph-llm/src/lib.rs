@@ -17,54 +17,44 @@
 //!   as `response_format` and the local model can only produce JSON of that schema;
 //!   [`ChatModel::bind_tools`] (or the options' `tools` and `tool_choice`) holds the output to
 //!   calls of the bound tools ([`tool_calls`]), returned as the message's `tool_calls`.
-//! - [`manifest`]: `models/models.toml`, listing, verifying and fetching models.
-//! - [`bench_llm`]: load time, time to first token, prefill/decode speed, peak RSS.
+//! - [`manifest`] (from `ferrograph-models`): `models/models.toml`, listing, verifying and
+//!   fetching models.
+//! - The contract ([`ChatModel`], options, retry, fallback, structured output) is
+//!   `ferrograph-chat`'s, re-exported; the CPU kernels are `ferrograph-kernels`'.
 //!
 //! Build for the host CPU (`RUSTFLAGS="-C target-cpu=native"`): candle's CPU kernels are
 //! several times slower without it.
 
 pub mod actor;
-pub mod bench;
-pub mod chat;
 pub mod constrain;
 pub mod engine;
-pub mod error;
-pub mod fallback;
-pub mod fast;
-pub mod kernels;
-pub mod manifest;
+pub mod local;
 pub mod options;
-pub mod parallel;
 pub mod progress;
 pub mod prompt;
 pub mod provider;
 #[cfg(feature = "remote")]
 pub mod remote;
-pub mod retry;
 pub mod sampling;
-pub mod sink;
 pub mod template;
 pub mod tokenizer;
 pub mod tool_calls;
 
+// The chat contract, re-exported so that code using the engine needs one import path.
+pub use ferrograph_chat::{
+    error, fallback, invoke_all, parallel, parse_structured, retry, schema_hint, sink, ChatModel,
+    ChatModelExt, FallbackModel, GenerateOptions, LlmError, ResponseFormat, RetryModel,
+    RetryPolicy, StructuredModel, TokenSink, ToolBoundModel, ToolChoice,
+};
+pub use ferrograph_models::{manifest, DeviceKind};
+
 pub use actor::{load_model, ModelHandle, PromptInput};
-pub use bench::{bench_llm, BenchReport};
-pub use chat::{parse_structured, ChatModel, LocalChatModel, StructuredModel, ToolBoundModel};
 pub use constrain::{ConstraintStats, GrammarSpec};
 pub use engine::{Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES};
-pub use error::LlmError;
-pub use fallback::{ChatModelExt, FallbackModel};
-pub use options::{DeviceKind, GenerateOptions, LoadOptions, ResponseFormat, ToolChoice};
-pub use parallel::invoke_all;
+pub use local::LocalChatModel;
+pub use options::LoadOptions;
 pub use prompt::{ChatPrompt, PromptError, PromptTemplate};
 pub use provider::{chat_model_from_config, chat_model_from_env, Provider, RemoteConfig};
 #[cfg(feature = "remote")]
 pub use remote::RemoteChatModel;
-pub use retry::{RetryModel, RetryPolicy};
-pub use sink::TokenSink;
 pub use template::ChatTemplate;
-
-#[doc(hidden)]
-pub mod __private {
-    pub use futures;
-}

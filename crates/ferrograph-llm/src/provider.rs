@@ -14,9 +14,9 @@
 //! | `FERROGRAPH_DEFAULT_MODEL` | local model: a name from `models/models.toml` or a GGUF path |
 //! | `FERROGRAPH_MODEL`, `FERROGRAPH_DEVICE` | see [`LocalChatModel::from_env`] |
 
-use crate::chat::{ChatModel, LocalChatModel};
 use crate::error::LlmError;
 use crate::options::{DeviceKind, LoadOptions};
+use crate::{ChatModel, LocalChatModel};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

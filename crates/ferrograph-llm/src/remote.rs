@@ -17,11 +17,11 @@
 //! - The bearer token comes from the environment variable the [`RemoteConfig`] names
 //!   (default `FERROGRAPH_API_KEY`).
 
-use crate::chat::ChatModel;
 use crate::error::LlmError;
 use crate::options::{GenerateOptions, ResponseFormat, ToolChoice};
 use crate::provider::RemoteConfig;
 use crate::sink::TokenSink;
+use crate::ChatModel;
 use async_trait::async_trait;
 use ferrograph_core::message::{Message, Role, TokenUsage, ToolCall};
 use futures::StreamExt;

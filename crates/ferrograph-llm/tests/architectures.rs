@@ -21,7 +21,7 @@
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use ferrograph_core::message::Message;
-use ferrograph_llm::fast::Kernels;
+use ferrograph_kernels::decoder::Kernels;
 use ferrograph_llm::manifest::{ensure_model, DEFAULT_CHAT_MODEL};
 use ferrograph_llm::{Engine, LoadOptions};
 use gguf_file::Value;

@@ -11,6 +11,7 @@ mod erased;
 mod error;
 mod events;
 mod pool;
+pub mod registry;
 mod runner;
 mod runtime;
 mod subgraph;
@@ -22,5 +23,6 @@ pub use erased::{
     WorkflowInfo,
 };
 pub use error::RunError;
+pub use registry::{Entry, MetricsFn, ParseArgs, Registry, RegistryError};
 pub use runner::{GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, StateSnapshot};
 pub use runtime::Runtime;

@@ -76,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => Arc::new(MemorySaver::new()),
     };
     let runtime = Runtime::new().await?;
-    let registry = ferrograph_workflows::builtin(&runtime, saver.clone()).await?;
+    let registry = ferrograph_basics::registry(&runtime, saver.clone()).await?;
     let state = AppState::new(registry, saver, args.token).with_max_body_bytes(args.max_body_bytes);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let addr = listener.local_addr()?;

@@ -33,7 +33,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ferrograph::CheckpointSaver;
-use ferrograph_workflows::Registry;
+use ferrograph::Registry;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};

@@ -32,6 +32,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod settings;
+
+pub use ferrograph_chat as chat;
 pub use ferrograph_checkpoint as checkpoint_savers;
 pub use ferrograph_core as core;
 pub use ferrograph_runtime as runtime;
@@ -42,9 +45,11 @@ pub use ferrograph_core::{
     Message, NodeContext, NodeError, NodeOptions, NodeOutput, Resume, RetryPolicy, SendTo, State,
     StateGraph, StreamEvent, StreamMode, StreamModes, ThreadInfo, ThreadStatus, END, START,
 };
+pub use settings::WorkflowSettings;
+
 pub use ferrograph_runtime::{
-    Durability, GraphRunner, RunConfig, RunError, RunInput, RunOutcome, RunStatus, Runtime,
-    RuntimeConfig,
+    Durability, Entry, GraphRunner, Registry, RegistryError, RunConfig, RunError, RunInput,
+    RunOutcome, RunStatus, Runtime, RuntimeConfig,
 };
 
 /// Everything most programs need, in one import.

@@ -1,0 +1,982 @@
+//! Our own forward pass for llama-style decoder GGUF models over the [kernels](crate):
+//! weights repacked at load, activations quantized to 8-bit blocks per matrix product, fused
+//! RMSNorm/RoPE, a KV cache that grows with the sequence (no dense masks, nothing sized by the
+//! model's full context) and a persistent worker pool.
+//!
+//! Architectures ([`Family`]): `llama` (SmolLM2, Llama 2/3 without rope scaling, Mistral
+//! without sliding windows), `qwen2` (biases on q/k/v), `qwen3` (per-head q/k norms) and
+//! `gemma3` (per-head q/k norms, norms after attention and feed-forward, GELU, scaled
+//! embeddings, sliding-window layers with their own rotary base). Their differences are
+//! flags on one [`DecoderConfig`]; `tests/architectures.rs` checks each against llama.cpp.
+//!
+//! `ferrograph_llm::Engine` uses it for these architectures when every tensor type has a
+//! kernel, unless `FERROGRAPH_KERNELS=candle` (or `ferrograph_llm::LoadOptions::kernels`)
+//! asks for candle's reference path. A clone shares the weights and copies the KV cache, so
+//! prompt prefix snapshots stay cheap and independent.
+
+use crate as kernels;
+use crate::{GgufType, QAct, QMatrix};
+use candle_core::quantized::{gguf_file, GgmlDType};
+use parking_lot::Mutex;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+/// The decoder families the fast path runs (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `llama`: interleaved rotary pairs, SiLU-gated feed-forward.
+    Llama,
+    /// `qwen2`: like llama with biases on the q/k/v projections and split-half rotary pairs.
+    Qwen2,
+    /// `qwen3`: split-half rotary pairs and an RMSNorm on every query and key head.
+    Qwen3,
+    /// `gemma3`: q/k head norms, norms after attention and feed-forward, GELU-gated
+    /// feed-forward, embeddings scaled by the square root of their width, and five
+    /// sliding-window layers (rotary base 10,000) for every global one.
+    Gemma3,
+}
+
+impl Family {
+    /// The family of a `general.architecture` value, if the fast path runs it.
+    pub fn from_architecture(arch: &str) -> Option<Family> {
+        Some(match arch {
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            "gemma3" => Family::Gemma3,
+            _ => return None,
+        })
+    }
+
+    /// The `general.architecture` value (the metadata key prefix).
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// Gemma 3 alternates five sliding-window layers with one global layer.
+const GEMMA3_SLIDING_PATTERN: usize = 6;
+/// Gemma 3's rotary base in its sliding-window layers.
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+
+/// Shape and hyper-parameters of a decoder model.
+#[derive(Clone, Debug)]
+pub struct DecoderConfig {
+    /// The architecture.
+    pub family: Family,
+    /// Embedding width.
+    pub dim: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head (`heads * head_dim` may differ from `dim`, as in Gemma 3 and Qwen3).
+    pub head_dim: usize,
+    /// Feed-forward width.
+    pub ffn: usize,
+    /// Output rows (vocabulary).
+    pub vocab: usize,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// RoPE base frequency (of the global layers, for Gemma 3).
+    pub rope_base: f32,
+    /// Sliding attention window in tokens (Gemma 3's local layers), if any.
+    pub sliding_window: Option<usize>,
+    /// Attention logit scale.
+    pub attn_scale: f32,
+}
+
+impl DecoderConfig {
+    /// Width of all query heads together.
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of all key (or value) heads together.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Whether layer `l` attends through the sliding window.
+    pub fn is_sliding(&self, l: usize) -> bool {
+        self.sliding_window.is_some() && !(l + 1).is_multiple_of(GEMMA3_SLIDING_PATTERN)
+    }
+
+    fn neox_rope(&self) -> bool {
+        self.family != Family::Llama
+    }
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: QMatrix,
+    wk: QMatrix,
+    wv: QMatrix,
+    /// Qwen2's q/k/v biases.
+    bias: Option<[Vec<f32>; 3]>,
+    /// Qwen3's and Gemma 3's per-head query and key norms.
+    qk_norm: Option<[Vec<f32>; 2]>,
+    wo: QMatrix,
+    /// Gemma 3's norm of the attention output, before the residual add.
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    gate: QMatrix,
+    up: QMatrix,
+    down: QMatrix,
+    /// Gemma 3's norm of the feed-forward output, before the residual add.
+    post_ffn_norm: Option<Vec<f32>>,
+    /// Whether this layer attends through the sliding window (with the local rotary base).
+    sliding: bool,
+}
+
+/// The immutable weights.
+pub struct DecoderWeights {
+    cfg: DecoderConfig,
+    embed: QMatrix,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    output: Option<QMatrix>,
+    /// Rotary inverse frequencies of the global layers.
+    rope_global: Vec<f32>,
+    /// Rotary inverse frequencies of the sliding-window layers, when the model has them.
+    rope_local: Option<Vec<f32>>,
+}
+
+impl std::fmt::Debug for DecoderWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecoderWeights")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// A model instance: shared weights plus its own KV cache.
+#[derive(Clone, Debug)]
+pub struct DecoderModel {
+    w: Arc<DecoderWeights>,
+    /// Per layer, `len * kv_dim` keys (after RoPE) and values.
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    len: usize,
+}
+
+fn md<'a>(ct: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value, String> {
+    ct.metadata.get(key).ok_or_else(|| format!("missing {key}"))
+}
+
+fn md_usize(ct: &gguf_file::Content, key: &str) -> Result<usize, String> {
+    let v = md(ct, key)?;
+    v.to_u32()
+        .map(|x| x as usize)
+        .or_else(|_| v.to_u64().map(|x| x as usize))
+        .map_err(|e| format!("{key}: {e}"))
+}
+
+fn md_f32(ct: &gguf_file::Content, key: &str) -> Option<f32> {
+    let v = ct.metadata.get(key)?;
+    v.to_f32()
+        .ok()
+        .or_else(|| v.to_f64().ok().map(|x| x as f32))
+}
+
+fn gguf_type(t: GgmlDType) -> Option<GgufType> {
+    Some(match t {
+        GgmlDType::F32 => GgufType::F32,
+        GgmlDType::F16 => GgufType::F16,
+        GgmlDType::Q4_0 => GgufType::Q4_0,
+        GgmlDType::Q4_1 => GgufType::Q4_1,
+        GgmlDType::Q5_0 => GgufType::Q5_0,
+        GgmlDType::Q5_1 => GgufType::Q5_1,
+        GgmlDType::Q8_0 => GgufType::Q8_0,
+        GgmlDType::Q4K => GgufType::Q4K,
+        GgmlDType::Q6K => GgufType::Q6K,
+        _ => return None,
+    })
+}
+
+fn config(ct: &gguf_file::Content) -> Result<DecoderConfig, String> {
+    let arch = md(ct, "general.architecture")?
+        .to_string()
+        .map_err(|e| e.to_string())?
+        .clone();
+    let family = Family::from_architecture(&arch).ok_or_else(|| format!("architecture {arch}"))?;
+    let a = family.architecture();
+    let dim = md_usize(ct, &format!("{a}.embedding_length"))?;
+    let heads = md_usize(ct, &format!("{a}.attention.head_count"))?;
+    let kv_heads = md_usize(ct, &format!("{a}.attention.head_count_kv")).unwrap_or(heads);
+    let layers = md_usize(ct, &format!("{a}.block_count"))?;
+    let ffn = md_usize(ct, &format!("{a}.feed_forward_length"))?;
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || layers == 0 || dim == 0 {
+        return Err(format!(
+            "inconsistent heads: dim {dim}, heads {heads}/{kv_heads}"
+        ));
+    }
+    let head_dim = match md_usize(ct, &format!("{a}.attention.key_length")) {
+        Ok(k) => k,
+        Err(_) if dim % heads == 0 => dim / heads,
+        Err(_) => return Err(format!("dim {dim} is not a multiple of {heads} heads")),
+    };
+    if let Ok(v) = md_usize(ct, &format!("{a}.attention.value_length")) {
+        if v != head_dim {
+            return Err(format!(
+                "value heads of {v} differ from key heads of {head_dim}"
+            ));
+        }
+    }
+    if head_dim == 0 || head_dim % 2 != 0 {
+        return Err("odd head width".into());
+    }
+    if let Ok(rd) = md_usize(ct, &format!("{a}.rope.dimension_count")) {
+        if rd != head_dim {
+            return Err(format!("partial rotary ({rd} of {head_dim})"));
+        }
+    }
+    if ct.metadata.contains_key(&format!("{a}.rope.scaling.type"))
+        || ct.tensor_infos.contains_key("rope_freqs.weight")
+    {
+        return Err("rope scaling".into());
+    }
+    if md_usize(ct, &format!("{a}.expert_count")).unwrap_or(0) > 0 {
+        return Err("mixture of experts".into());
+    }
+    if family != Family::Gemma3
+        && md_usize(ct, &format!("{a}.attention.sliding_window")).is_ok_and(|w| w > 0)
+    {
+        return Err("sliding-window attention".into());
+    }
+    if md_f32(ct, &format!("{a}.final_logit_softcapping")).is_some()
+        || md_f32(ct, &format!("{a}.attn_logit_softcapping")).is_some()
+    {
+        return Err("logit soft-capping".into());
+    }
+    let embed = ct
+        .tensor_infos
+        .get("token_embd.weight")
+        .ok_or("missing token_embd.weight")?;
+    let vocab = embed.shape.dims().first().copied().unwrap_or(0);
+    let sliding_window = match family {
+        Family::Gemma3 => Some(md_usize(ct, "gemma3.attention.sliding_window")?.max(1)),
+        _ => None,
+    };
+    // Gemma 3 27B scales queries by its embedding width per head rather than its head width
+    // (llama.cpp tells it by its 62 layers).
+    let scale_width = if family == Family::Gemma3 && layers == 62 {
+        dim / heads
+    } else {
+        head_dim
+    };
+    let default_base = if family == Family::Gemma3 {
+        1_000_000.0
+    } else {
+        10_000.0
+    };
+    Ok(DecoderConfig {
+        family,
+        dim,
+        layers,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn,
+        vocab,
+        eps: md_f32(ct, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+        rope_base: md_f32(ct, &format!("{a}.rope.freq_base")).unwrap_or(default_base),
+        sliding_window,
+        attn_scale: 1.0 / (scale_width.max(1) as f32).sqrt(),
+    })
+}
+
+/// Tensor names and shapes (rows, cols) the model needs; vectors have rows = 1.
+fn tensor_plan(cfg: &DecoderConfig, tied: bool) -> Vec<(String, usize, usize)> {
+    let (d, q, kv, f, hd) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn, cfg.head_dim);
+    let mut v = vec![
+        ("token_embd.weight".to_string(), cfg.vocab, d),
+        ("output_norm.weight".to_string(), 1, d),
+    ];
+    if !tied {
+        v.push(("output.weight".into(), cfg.vocab, d));
+    }
+    for l in 0..cfg.layers {
+        let p = format!("blk.{l}.");
+        v.extend([
+            (format!("{p}attn_norm.weight"), 1, d),
+            (format!("{p}attn_q.weight"), q, d),
+            (format!("{p}attn_k.weight"), kv, d),
+            (format!("{p}attn_v.weight"), kv, d),
+            (format!("{p}attn_output.weight"), d, q),
+            (format!("{p}ffn_norm.weight"), 1, d),
+            (format!("{p}ffn_gate.weight"), f, d),
+            (format!("{p}ffn_up.weight"), f, d),
+            (format!("{p}ffn_down.weight"), d, f),
+        ]);
+        if cfg.family == Family::Qwen2 {
+            v.extend([
+                (format!("{p}attn_q.bias"), 1, q),
+                (format!("{p}attn_k.bias"), 1, kv),
+                (format!("{p}attn_v.bias"), 1, kv),
+            ]);
+        }
+        if matches!(cfg.family, Family::Qwen3 | Family::Gemma3) {
+            v.extend([
+                (format!("{p}attn_q_norm.weight"), 1, hd),
+                (format!("{p}attn_k_norm.weight"), 1, hd),
+            ]);
+        }
+        if cfg.family == Family::Gemma3 {
+            v.extend([
+                (format!("{p}post_attention_norm.weight"), 1, d),
+                (format!("{p}post_ffw_norm.weight"), 1, d),
+            ]);
+        }
+    }
+    v
+}
+
+/// Whether the fast path can run this GGUF: `Err` says why not (then candle's path is used).
+pub fn check_supported(ct: &gguf_file::Content) -> Result<(), String> {
+    let cfg = config(ct)?;
+    let tied = !ct.tensor_infos.contains_key("output.weight");
+    for (name, rows, cols) in tensor_plan(&cfg, tied) {
+        let info = ct
+            .tensor_infos
+            .get(&name)
+            .ok_or_else(|| format!("missing {name}"))?;
+        let ty = gguf_type(info.ggml_dtype)
+            .ok_or_else(|| format!("{name}: no kernel for {:?}", info.ggml_dtype))?;
+        let dims = info.shape.dims();
+        let ok = if rows == 1 {
+            dims.iter().product::<usize>() == cols && matches!(ty, GgufType::F32 | GgufType::F16)
+        } else {
+            dims == [rows, cols]
+                && !matches!(ty, GgufType::F32 | GgufType::F16)
+                && cols % ty.block_elems() == 0
+                && cols % kernels::QK == 0
+        };
+        if !ok {
+            return Err(format!(
+                "{name}: {:?} {dims:?}, expected {rows}x{cols}",
+                info.ggml_dtype
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Reader<'a, R> {
+    ct: &'a gguf_file::Content,
+    file: &'a mut R,
+    file_len: u64,
+}
+
+impl<R: Read + Seek> Reader<'_, R> {
+    /// Seeks to tensor `name` and returns its type and byte length.
+    fn seek(&mut self, name: &str) -> Result<(GgufType, usize), String> {
+        let info = self
+            .ct
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| format!("missing {name}"))?;
+        let ty = gguf_type(info.ggml_dtype).ok_or_else(|| format!("{name}: unsupported type"))?;
+        let elems: usize = info.shape.dims().iter().product();
+        let len = ty
+            .bytes_for(elems)
+            .ok_or_else(|| format!("{name}: not whole blocks"))?;
+        let start = self
+            .ct
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .ok_or_else(|| format!("{name}: bad offset"))?;
+        if start.saturating_add(len as u64) > self.file_len {
+            return Err(format!("{name}: data past the end of the file"));
+        }
+        self.file
+            .seek(SeekFrom::Start(start))
+            .map_err(|e| format!("{name}: {e}"))?;
+        Ok((ty, len))
+    }
+
+    fn bytes(&mut self, name: &str) -> Result<(GgufType, Vec<u8>), String> {
+        let (ty, len) = self.seek(name)?;
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact(&mut buf)
+            .map_err(|e| format!("{name}: {e}"))?;
+        Ok((ty, buf))
+    }
+
+    /// A matrix, repacked as it is read (no copy of the whole tensor is held).
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatrix, String> {
+        let (ty, len) = self.seek(name)?;
+        let need = QMatrix::gguf_bytes(ty, rows, cols).map_err(|e| format!("{name}: {e}"))?;
+        if len != need {
+            return Err(format!(
+                "{name}: {len} bytes where {ty:?} {rows}x{cols} needs {need}"
+            ));
+        }
+        QMatrix::read_gguf(ty, rows, cols, &mut self.file).map_err(|e| format!("{name}: {e}"))
+    }
+
+    fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, String> {
+        let (ty, buf) = self.bytes(name)?;
+        let v: Vec<f32> = match ty {
+            GgufType::F32 => buf
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            GgufType::F16 => buf
+                .chunks_exact(2)
+                .map(|c| kernels::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            _ => return Err(format!("{name}: expected a float vector")),
+        };
+        if v.len() != n {
+            return Err(format!("{name}: {} values, expected {n}", v.len()));
+        }
+        Ok(v)
+    }
+}
+
+fn inv_freq(base: f32, head_dim: usize) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
+        .collect()
+}
+
+impl DecoderModel {
+    /// Loads the weights of a GGUF whose header is `ct` from `file` (the same file).
+    pub fn load<R: Read + Seek>(ct: &gguf_file::Content, file: &mut R) -> Result<Self, String> {
+        check_supported(ct)?;
+        let cfg = config(ct)?;
+        let file_len = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| format!("cannot read the file: {e}"))?;
+        let mut rd = Reader { ct, file, file_len };
+        let (d, q, kv, f, hd) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn, cfg.head_dim);
+        let embed = rd.matrix("token_embd.weight", cfg.vocab, d)?;
+        let norm = rd.vector("output_norm.weight", d)?;
+        let output = if ct.tensor_infos.contains_key("output.weight") {
+            Some(rd.matrix("output.weight", cfg.vocab, d)?)
+        } else {
+            None
+        };
+        let family = cfg.family;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let p = format!("blk.{l}.");
+            layers.push(Layer {
+                attn_norm: rd.vector(&format!("{p}attn_norm.weight"), d)?,
+                wq: rd.matrix(&format!("{p}attn_q.weight"), q, d)?,
+                wk: rd.matrix(&format!("{p}attn_k.weight"), kv, d)?,
+                wv: rd.matrix(&format!("{p}attn_v.weight"), kv, d)?,
+                bias: match family {
+                    Family::Qwen2 => Some([
+                        rd.vector(&format!("{p}attn_q.bias"), q)?,
+                        rd.vector(&format!("{p}attn_k.bias"), kv)?,
+                        rd.vector(&format!("{p}attn_v.bias"), kv)?,
+                    ]),
+                    _ => None,
+                },
+                qk_norm: match family {
+                    Family::Qwen3 | Family::Gemma3 => Some([
+                        rd.vector(&format!("{p}attn_q_norm.weight"), hd)?,
+                        rd.vector(&format!("{p}attn_k_norm.weight"), hd)?,
+                    ]),
+                    _ => None,
+                },
+                wo: rd.matrix(&format!("{p}attn_output.weight"), d, q)?,
+                post_attn_norm: match family {
+                    Family::Gemma3 => {
+                        Some(rd.vector(&format!("{p}post_attention_norm.weight"), d)?)
+                    }
+                    _ => None,
+                },
+                ffn_norm: rd.vector(&format!("{p}ffn_norm.weight"), d)?,
+                gate: rd.matrix(&format!("{p}ffn_gate.weight"), f, d)?,
+                up: rd.matrix(&format!("{p}ffn_up.weight"), f, d)?,
+                down: rd.matrix(&format!("{p}ffn_down.weight"), d, f)?,
+                post_ffn_norm: match family {
+                    Family::Gemma3 => Some(rd.vector(&format!("{p}post_ffw_norm.weight"), d)?),
+                    _ => None,
+                },
+                sliding: cfg.is_sliding(l),
+            });
+        }
+        let layers_n = cfg.layers;
+        let rope_global = inv_freq(cfg.rope_base, hd);
+        let rope_local = cfg
+            .sliding_window
+            .map(|_| inv_freq(GEMMA3_LOCAL_ROPE_BASE, hd));
+        Ok(DecoderModel {
+            w: Arc::new(DecoderWeights {
+                cfg,
+                embed,
+                layers,
+                norm,
+                output,
+                rope_global,
+                rope_local,
+            }),
+            k: vec![Vec::new(); layers_n],
+            v: vec![Vec::new(); layers_n],
+            len: 0,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.w.cfg
+    }
+
+    /// Tokens in the KV cache.
+    pub fn cached(&self) -> usize {
+        self.len
+    }
+
+    /// Forgets the KV cache (keeping its memory).
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let kv = self.w.cfg.kv_dim();
+        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
+            c.truncate(len * kv);
+        }
+        self.len = len.min(self.len);
+    }
+
+    /// Runs `tokens` at positions `pos..` (dropping any cached tokens from `pos` on) and
+    /// returns the logits of the last one.
+    pub fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>, String> {
+        let w = self.w.clone();
+        let cfg = &w.cfg;
+        if tokens.is_empty() {
+            return Err("no tokens".into());
+        }
+        if pos > self.len {
+            return Err(format!(
+                "position {pos} is past the {} cached tokens",
+                self.len
+            ));
+        }
+        self.truncate(pos);
+        let (d, hd, t_n) = (cfg.dim, cfg.head_dim, tokens.len());
+        let (qd, kv) = (cfg.q_dim(), cfg.kv_dim());
+        let mut x = vec![0f32; t_n * d];
+        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
+            if !w.embed.dequantize_row(tok as usize, row) {
+                return Err(format!(
+                    "token {tok} is outside the vocabulary of {}",
+                    cfg.vocab
+                ));
+            }
+        }
+        if cfg.family == Family::Gemma3 {
+            let s = (d as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+        // RoPE angles of the new positions.
+        let global = RopeTable::new(&w.rope_global, pos, t_n);
+        let local = w.rope_local.as_ref().map(|f| RopeTable::new(f, pos, t_n));
+        let mut h = vec![0f32; t_n * d];
+        let mut act = QAct::default();
+        let (mut q, mut k, mut v) = (
+            vec![0f32; t_n * qd],
+            vec![0f32; t_n * kv],
+            vec![0f32; t_n * kv],
+        );
+        let mut attn = vec![0f32; t_n * qd];
+        let mut o = vec![0f32; t_n * d];
+        let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
+        let total = pos + t_n;
+        let neox = cfg.neox_rope();
+        // Element-wise work and activation quantization are split over the kernels' pool by
+        // token rows (one token, as in decode, runs on the calling thread).
+        let pool = kernels::pool::global();
+        for (li, layer) in w.layers.iter().enumerate() {
+            rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
+            act.quantize_on(pool, &h, d);
+            kernels::matmul(
+                &mut [
+                    (&layer.wq, &mut q[..]),
+                    (&layer.wk, &mut k[..]),
+                    (&layer.wv, &mut v[..]),
+                ],
+                &act,
+            );
+            if let Some([bq, bk, bv]) = &layer.bias {
+                add_rows(&mut q, bq);
+                add_rows(&mut k, bk);
+                add_rows(&mut v, bv);
+            }
+            if let Some([nq, nk]) = &layer.qk_norm {
+                rms_norm_in_place(&mut q, nq, cfg.eps);
+                rms_norm_in_place(&mut k, nk, cfg.eps);
+            }
+            let (table, window) = match (&local, layer.sliding) {
+                (Some(local), true) => (local, cfg.sliding_window),
+                _ => (&global, None),
+            };
+            rope(&mut q, hd, &table.cos, &table.sin, neox);
+            rope(&mut k, hd, &table.cos, &table.sin, neox);
+            let (kc, vc) = (&mut self.k[li], &mut self.v[li]);
+            if kc.capacity() < total * kv {
+                let want = (total + 256) * kv;
+                kc.reserve(want - kc.len());
+                vc.reserve(want - vc.len());
+            }
+            kc.extend_from_slice(&k);
+            vc.extend_from_slice(&v);
+            attention(cfg, &q, kc, vc, pos, t_n, window, &mut attn);
+            act.quantize_on(pool, &attn, qd);
+            kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
+            if let Some(n) = &layer.post_attn_norm {
+                rms_norm_in_place(&mut o, n, cfg.eps);
+            }
+            add(&mut x, &o);
+            rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
+            act.quantize_on(pool, &h, d);
+            kernels::matmul(
+                &mut [(&layer.gate, &mut g[..]), (&layer.up, &mut u[..])],
+                &act,
+            );
+            let gelu = cfg.family == Family::Gemma3;
+            pool.for_each_piece(&mut g, cfg.ffn, &|at, gate| {
+                let up = &u[at..at + gate.len()];
+                if gelu {
+                    gate.iter_mut()
+                        .zip(up)
+                        .for_each(|(a, b)| *a = gelu_tanh(*a) * b);
+                } else {
+                    gate.iter_mut().zip(up).for_each(|(a, b)| *a = silu(*a) * b);
+                }
+            });
+            act.quantize_on(pool, &g, cfg.ffn);
+            kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
+            if let Some(n) = &layer.post_ffn_norm {
+                rms_norm_in_place(&mut o, n, cfg.eps);
+            }
+            add(&mut x, &o);
+        }
+        self.len = total;
+        let last = &x[(t_n - 1) * d..];
+        let mut hl = vec![0f32; d];
+        rms_norm(last, &w.norm, cfg.eps, &mut hl);
+        act.quantize(&hl, d);
+        let head = w.output.as_ref().unwrap_or(&w.embed);
+        let mut logits = vec![0f32; cfg.vocab];
+        kernels::matmul(&mut [(head, &mut logits[..])], &act);
+        Ok(logits)
+    }
+}
+
+/// Cosines and sines of one rotary frequency table at the positions of one forward pass.
+struct RopeTable {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    /// The angles of `inv_freq` at positions `pos..pos + t_n`, `[t][i]`.
+    fn new(inv_freq: &[f32], pos: usize, t_n: usize) -> RopeTable {
+        let half = inv_freq.len();
+        let mut cos = vec![0f32; t_n * half];
+        let mut sin = vec![0f32; t_n * half];
+        for t in 0..t_n {
+            let p = (pos + t) as f32;
+            for (i, f) in inv_freq.iter().enumerate() {
+                let a = p * f;
+                cos[t * half + i] = a.cos();
+                sin[t * half + i] = a.sin();
+            }
+        }
+        RopeTable { cos, sin }
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// Adds `bias` to every row of `x`.
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add(row, bias);
+    }
+}
+
+/// e^x without a libm call, so that loops over slices vectorize: `x = n ln 2 + r` with
+/// `|r| <= ln 2 / 2`, a degree-6 Taylor polynomial for e^r (relative error below 2e-7) and
+/// 2^n written into the exponent bits. Inputs are clamped to [-87, 88], so results stay
+/// normal and finite; NaN stays NaN.
+#[inline(always)]
+fn exp_approx(x: f32) -> f32 {
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+    const SHIFT: f32 = 12_582_912.0;
+    // ln 2 in two parts, the first exact in few bits so that `n * LN2_HI` is exact.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let shifted = x * std::f32::consts::LOG2_E + SHIFT;
+    let n = shifted - SHIFT;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    // n + 127 in the exponent field: 2^n.
+    let two_n = (shifted
+        .to_bits()
+        .wrapping_sub(SHIFT.to_bits())
+        .wrapping_add(127))
+        << 23;
+    p * f32::from_bits(two_n)
+}
+
+/// GELU, tanh approximation (as Gemma and llama.cpp compute it), written as
+/// `x * sigmoid(2u)` (equal to `0.5 x (1 + tanh u)`) with [`exp_approx`].
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp_approx(-2.0 * u))
+}
+
+/// SiLU, `x * sigmoid(x)`, with [`exp_approx`].
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + exp_approx(-x))
+}
+
+/// Sum of squares with eight independent lanes (vectorizes without reassociation).
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// RMSNorm of every `w.len()`-wide chunk of `x` into `out`.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ms = dot8(xr, xr) / d as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        for ((o, a), g) in or.iter_mut().zip(xr).zip(w) {
+            *o = a * scale * g;
+        }
+    }
+}
+
+/// RMSNorm of every `w.len()`-wide chunk of `x` (a row, or one head of a row) in place.
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    for xr in x.chunks_exact_mut(d) {
+        let ms = dot8(xr, xr) / d as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        for (a, g) in xr.iter_mut().zip(w) {
+            *a *= scale * g;
+        }
+    }
+}
+
+/// Rotary embedding of every head of every row: interleaved pairs `(2i, 2i+1)` (GGML
+/// "normal", llama) or split halves `(i, i + hd/2)` (GGML "neox": Qwen, Gemma).
+fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
+    let half = hd / 2;
+    let t_n = cos.len() / half;
+    let row = x.len() / t_n;
+    for (t, xr) in x.chunks_exact_mut(row).enumerate() {
+        let (c, s) = (
+            &cos[t * half..(t + 1) * half],
+            &sin[t * half..(t + 1) * half],
+        );
+        for head in xr.chunks_exact_mut(hd) {
+            if neox {
+                let (lo, hi) = head.split_at_mut(half);
+                for i in 0..half {
+                    let (a, b) = (lo[i], hi[i]);
+                    lo[i] = a * c[i] - b * s[i];
+                    hi[i] = a * s[i] + b * c[i];
+                }
+            } else {
+                for i in 0..half {
+                    let (a, b) = (head[2 * i], head[2 * i + 1]);
+                    head[2 * i] = a * c[i] - b * s[i];
+                    head[2 * i + 1] = a * s[i] + b * c[i];
+                }
+            }
+        }
+    }
+}
+
+/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache; with a
+/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    cfg: &DecoderConfig,
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    pos: usize,
+    t_n: usize,
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    let (hd, heads) = (cfg.head_dim, cfg.heads);
+    let kv = cfg.kv_dim();
+    let group = heads / cfg.kv_heads;
+    let d = cfg.q_dim();
+    let scale = cfg.attn_scale;
+    // Per head: [t][hd], so that each head's output is one disjoint chunk.
+    let mut per_head = vec![0f32; heads * t_n * hd];
+    {
+        let chunks: Vec<Mutex<&mut [f32]>> =
+            per_head.chunks_mut(t_n * hd).map(Mutex::new).collect();
+        let one_head = |h: usize| {
+            let mut dst = chunks[h].lock();
+            let g = h / group;
+            let mut scores = vec![0f32; pos + t_n];
+            for t in 0..t_n {
+                let n = pos + t + 1;
+                let first = window.map_or(0, |w| n.saturating_sub(w));
+                let qv = &q[t * d + h * hd..t * d + (h + 1) * hd];
+                let mut mx = f32::NEG_INFINITY;
+                for (j, s) in scores[first..n].iter_mut().enumerate() {
+                    let j = first + j;
+                    *s = dot8(qv, &kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
+                    mx = mx.max(*s);
+                }
+                let mut sum = 0f32;
+                for s in scores[first..n].iter_mut() {
+                    *s = exp_approx(*s - mx);
+                    sum += *s;
+                }
+                let inv = 1.0 / sum;
+                let o = &mut dst[t * hd..(t + 1) * hd];
+                o.fill(0.0);
+                for (j, s) in scores[first..n].iter().enumerate() {
+                    let j = first + j;
+                    let p = s * inv;
+                    let vr = &vc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                    for (a, b) in o.iter_mut().zip(vr) {
+                        *a += p * b;
+                    }
+                }
+            }
+        };
+        let pool = kernels::pool::global();
+        if t_n > 1 && pool.threads() > 1 {
+            let n = pool.threads();
+            pool.run(&|tid| {
+                for h in (tid..heads).step_by(n) {
+                    one_head(h);
+                }
+            });
+        } else {
+            for h in 0..heads {
+                one_head(h);
+            }
+        }
+    }
+    for t in 0..t_n {
+        for h in 0..heads {
+            out[t * d + h * hd..t * d + (h + 1) * hd]
+                .copy_from_slice(&per_head[(h * t_n + t) * hd..(h * t_n + t + 1) * hd]);
+        }
+    }
+}
+
+/// Which forward pass runs a model (`ferrograph_llm::LoadOptions::kernels`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernels {
+    /// Our kernels when supported, else candle; `FERROGRAPH_KERNELS=candle|fast` overrides.
+    #[default]
+    Auto,
+    /// Always candle's quantized models (the reference path).
+    Candle,
+    /// Our kernels; loading fails when the model is not supported by them.
+    Fast,
+}
+
+impl Kernels {
+    /// `Auto` resolved against `FERROGRAPH_KERNELS`.
+    pub fn resolve(self) -> Kernels {
+        match self {
+            Kernels::Auto => match std::env::var("FERROGRAPH_KERNELS").as_deref() {
+                Ok("candle") => Kernels::Candle,
+                Ok("fast") => Kernels::Fast,
+                // The default: our kernels where the architecture and tensor types are
+                // supported (tests/kernels.rs checks them against candle's path, and the
+                // SmolLM2 tests run on them), candle's path elsewhere.
+                _ => Kernels::Auto,
+            },
+            k => k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Points spread over `[lo, hi]`, both ends included.
+    fn grid(lo: f32, hi: f32, n: usize) -> impl Iterator<Item = f32> {
+        (0..=n).map(move |i| lo + (hi - lo) * i as f32 / n as f32)
+    }
+
+    #[test]
+    fn exp_approx_is_within_a_few_ulps_of_exp() {
+        for x in grid(-87.0, 88.0, 200_000).chain([0.0, -0.0, 1e-8, -1e-8]) {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_approx(x));
+            assert!(
+                ((got - want) / want).abs() < 4e-7,
+                "exp({x}) = {got}, want {want}"
+            );
+        }
+        // Clamped, finite and normal outside the range; NaN stays NaN.
+        assert!(exp_approx(1000.0).is_finite() && exp_approx(1000.0) > 1e38);
+        assert!(exp_approx(-1000.0).is_normal() && exp_approx(-1000.0) < 1e-37);
+        assert!(exp_approx(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn activations_match_their_definitions() {
+        for x in grid(-20.0, 20.0, 100_000) {
+            let xd = f64::from(x);
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3));
+            let gelu_x = 0.5 * xd * (1.0 + u.tanh());
+            let sigmoid_x = xd / (1.0 + (-xd).exp());
+            for (name, got, want) in [("gelu", gelu_tanh(x), gelu_x), ("silu", silu(x), sigmoid_x)]
+            {
+                // f32 rounding of the exponent's argument alone moves the result by about
+                // |argument| * 6e-8 relative: the bound scales with it.
+                let err = (f64::from(got) - want).abs();
+                let bound = 1e-6 * (1.0 + 2.0 * u.abs().max(xd.abs())) * want.abs();
+                assert!(err <= bound.max(1e-12), "{name}({x}) = {got}, want {want}");
+            }
+        }
+    }
+}

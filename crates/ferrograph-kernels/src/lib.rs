@@ -1,0 +1,986 @@
+//! ferrograph's CPU inference kernels: quantized matrix products with SIMD chosen at run
+//! time, the thread pool that runs them, and the forward pass of llama-style decoder models
+//! built on them ([`decoder`]). This crate holds all of the workspace's SIMD and `unsafe`
+//! code; the inference engine (`ferrograph-llm`) uses it through [`decoder::DecoderModel`].
+//!
+//!
+//! Weights are repacked at load time from their GGUF block types into a few internal layouts
+//! ([`Packed`]), each made of blocks of 32 elements with `f32` scales:
+//!
+//! | layout | value of element `i` of a block | from GGUF |
+//! |---|---|---|
+//! | `U4` | `d * q[i] + m`, `q` 4-bit | Q4_0, Q4_1, Q4_K |
+//! | `U8` | `d * q[i] + m`, `q` 0..=31 | Q5_0, Q5_1 |
+//! | `I8` | `d * q[i]`, `q` signed 8-bit | Q8_0 |
+//! | `I8S16` | `d * s[i / 16] * q[i]`, `q` -32..=31 | Q6_K |
+//!
+//! Activations are quantized per row into blocks of 32 signed bytes with an `f32` scale and
+//! the scaled block sum ([`QAct`]); a dot product is then integer multiply-adds per block
+//! plus one float multiply-add per block. The SIMD versions (AVX2 + FMA on x86-64) are
+//! chosen at run time; a scalar version is the fallback and the reference the property tests
+//! compare against. Matrix products split the output rows over the [`pool`] and process up to
+//! four activation rows per weight row, so a weight block is unpacked once for four tokens
+//! during prefill.
+//!
+//! Matrices whose row count is a multiple of 8 are stored interleaved instead
+//! ([`Packed::U4x8`] and its siblings): the blocks of eight consecutive rows side by side, so
+//! that one 32-bit lane of a SIMD register holds four weights of one row. A kernel then
+//! multiplies eight rows by four broadcast activation bytes per instruction, sums in 16-bit
+//! lanes where the bounds allow, and applies the block scales to eight rows with one
+//! multiply-add: about a third of the instructions of the row-by-row kernel, for decode and
+//! prefill alike.
+//! `FERROGRAPH_INTERLEAVE=0` keeps the row-by-row layout (for comparisons).
+//!
+//! The `unsafe` code lives here and in [`pool`]: SIMD intrinsics, the pool's lifetime
+//! erasure, and disjoint parallel writes of matrix product outputs; every block carries a
+//! `SAFETY` comment (`clippy::undocumented_unsafe_blocks` is denied). [`decoder`] has none.
+#![allow(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod decoder;
+pub mod pool;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::sync::OnceLock;
+
+/// Elements per block of every internal layout and of quantized activations.
+pub const QK: usize = 32;
+
+/// Why a tensor cannot be repacked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// The GGUF block type has no kernel here.
+    #[error("unsupported tensor type {0}")]
+    Unsupported(String),
+    /// The byte length or shape does not match the block type.
+    #[error("malformed tensor: {0}")]
+    Malformed(String),
+    /// The tensor's bytes could not be read.
+    #[error("cannot read the tensor: {0}")]
+    Read(#[source] std::io::Error),
+}
+
+/// GGUF block types that can be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgufType {
+    /// 32-bit floats.
+    F32,
+    /// 16-bit floats.
+    F16,
+    /// 4-bit, scale, 32 per block.
+    Q4_0,
+    /// 4-bit, scale and minimum, 32 per block.
+    Q4_1,
+    /// 5-bit, scale, 32 per block.
+    Q5_0,
+    /// 5-bit, scale and minimum, 32 per block.
+    Q5_1,
+    /// 8-bit, scale, 32 per block.
+    Q8_0,
+    /// 4-bit k-quant, 256 per super-block.
+    Q4K,
+    /// 6-bit k-quant, 256 per super-block.
+    Q6K,
+}
+
+impl GgufType {
+    /// Elements per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            GgufType::F32 | GgufType::F16 => 1,
+            GgufType::Q4K | GgufType::Q6K => 256,
+            _ => 32,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            GgufType::F32 => 4,
+            GgufType::F16 => 2,
+            GgufType::Q4_0 => 18,
+            GgufType::Q4_1 => 20,
+            GgufType::Q5_0 => 22,
+            GgufType::Q5_1 => 24,
+            GgufType::Q8_0 => 34,
+            GgufType::Q4K => 144,
+            GgufType::Q6K => 210,
+        }
+    }
+
+    /// Bytes of a tensor of `elems` elements (`None` when not a whole number of blocks).
+    pub fn bytes_for(self, elems: usize) -> Option<usize> {
+        if !elems.is_multiple_of(self.block_elems()) {
+            return None;
+        }
+        (elems / self.block_elems()).checked_mul(self.block_bytes())
+    }
+}
+
+/// IEEE half to single precision.
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0 {
+        if man == 0 {
+            sign
+        } else {
+            // Subnormal: renormalize.
+            let mut e = 127 - 15 + 1;
+            let mut m = man;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | ((e as u32) << 23) | ((m & 0x3ff) << 13)
+        }
+    } else if exp == 0x1f {
+        sign | 0x7f80_0000 | (man << 13)
+    } else {
+        sign | ((exp + 127 - 15) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+fn rd_f16(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Repacked weights of a matrix: see the module documentation.
+#[derive(Clone, Debug)]
+pub enum Packed {
+    /// `d * q + m`, 4-bit `q`, 16 bytes per block: element `i < 16` in the low nibble of byte
+    /// `i`, element `i + 16` in its high nibble.
+    U4 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Offset per block.
+        m: Vec<f32>,
+        /// Nibbles.
+        q: Vec<u8>,
+    },
+    /// `d * q + m`, `q` in 0..=31, 32 bytes per block.
+    U8 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Offset per block.
+        m: Vec<f32>,
+        /// Quants.
+        q: Vec<u8>,
+    },
+    /// `d * q`, signed `q`, 32 bytes per block.
+    I8 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Quants.
+        q: Vec<i8>,
+    },
+    /// `U4` with the blocks of each group of eight rows interleaved (row count a multiple of
+    /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale and offset of
+    /// lane (row `8g + lane`) are `d[8 * gb + lane]`, `m[8 * gb + lane]`; the 128 nibble bytes
+    /// are four chunks of 32, chunk `c` holding bytes `4c..4c + 4` of the `U4` block of each
+    /// lane in turn (`q[128 * gb + 32 * c + 4 * lane + j]` is byte `4c + j` of that block).
+    U4x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Offset per row and block.
+        m: Vec<f32>,
+        /// Nibbles, interleaved.
+        q: Vec<u8>,
+    },
+    /// `U8` with eight rows interleaved as in [`Packed::I8x8`] (scales and offsets as in
+    /// [`Packed::U4x8`]).
+    U8x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Offset per row and block.
+        m: Vec<f32>,
+        /// Quants, interleaved.
+        q: Vec<u8>,
+    },
+    /// `I8` with the blocks of each group of eight rows interleaved (row count a multiple of
+    /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale of lane (row
+    /// `8g + lane`) is `d[8 * gb + lane]`; the 256 quant bytes are eight chunks of 32, chunk
+    /// `c` holding elements `4c..4c + 4` of each lane in turn (`q[256 * gb + 32 * c + 4 * lane
+    /// + j]` is element `4c + j`).
+    I8x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Quants, interleaved.
+        q: Vec<i8>,
+    },
+    /// `I8S16` with eight rows interleaved as in [`Packed::I8x8`]. The sub-scales of lane
+    /// `lane`, half `h` of block `gb` are `s[32 * gb + 16 * h + 2 * lane]` and the element
+    /// after it (the same value twice, one 32-bit lane of 16-bit pairs).
+    I8S16x8 {
+        /// Scale per row and block.
+        d: Vec<f32>,
+        /// Sub-scales, interleaved and doubled.
+        s: Vec<i16>,
+        /// Quants, interleaved.
+        q: Vec<i8>,
+    },
+    /// `d * s * q`, `q` in -32..=31, one `s` per 16 elements.
+    I8S16 {
+        /// Scale per block.
+        d: Vec<f32>,
+        /// Two sub-scales per block.
+        s: Vec<i16>,
+        /// Quants.
+        q: Vec<i8>,
+    },
+}
+
+/// A weight matrix of `rows` output features by `cols` input features, row-major, repacked.
+#[derive(Clone, Debug)]
+pub struct QMatrix {
+    /// Output features.
+    pub rows: usize,
+    /// Input features (a multiple of [`QK`]).
+    pub cols: usize,
+    /// The GGUF type it came from.
+    pub source: GgufType,
+    /// The repacked data.
+    pub packed: Packed,
+}
+
+impl QMatrix {
+    /// Repacks a GGUF tensor of `rows` x `cols` (`cols` contiguous) from its raw bytes.
+    pub fn from_gguf(
+        ty: GgufType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<QMatrix, KernelError> {
+        let need = Self::gguf_bytes(ty, rows, cols)?;
+        if data.len() != need {
+            return Err(KernelError::Malformed(format!(
+                "{ty:?} {rows}x{cols} needs {need} bytes, got {}",
+                data.len()
+            )));
+        }
+        Self::read_gguf(ty, rows, cols, &mut &data[..])
+    }
+
+    /// Bytes of a GGUF tensor of `rows` x `cols` of type `ty`, or why it cannot be repacked.
+    pub fn gguf_bytes(ty: GgufType, rows: usize, cols: usize) -> Result<usize, KernelError> {
+        if cols == 0
+            || rows == 0
+            || !cols.is_multiple_of(QK)
+            || !cols.is_multiple_of(ty.block_elems())
+        {
+            return Err(KernelError::Malformed(format!(
+                "{rows}x{cols} does not fit {ty:?} blocks"
+            )));
+        }
+        let elems = rows
+            .checked_mul(cols)
+            .ok_or_else(|| KernelError::Malformed("size overflows".into()))?;
+        ty.bytes_for(elems)
+            .ok_or_else(|| KernelError::Malformed("size overflows".into()))
+    }
+
+    /// Repacks a GGUF tensor of `rows` x `cols` read from `src` (exactly its bytes, see
+    /// [`QMatrix::gguf_bytes`]) a slice at a time, so that loading holds the repacked matrix
+    /// and a small buffer rather than a second copy of the tensor.
+    pub fn read_gguf<R: std::io::Read>(
+        ty: GgufType,
+        rows: usize,
+        cols: usize,
+        src: &mut R,
+    ) -> Result<QMatrix, KernelError> {
+        /// Bytes read per slice (rounded down to whole blocks).
+        const SLICE: usize = 256 * 1024;
+        let need = Self::gguf_bytes(ty, rows, cols)?;
+        let nb = rows * cols / QK;
+        let mut packed = match ty {
+            GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q4K => Packed::U4 {
+                d: Vec::with_capacity(nb),
+                m: Vec::with_capacity(nb),
+                q: Vec::with_capacity(nb * 16),
+            },
+            GgufType::Q5_0 | GgufType::Q5_1 => Packed::U8 {
+                d: Vec::with_capacity(nb),
+                m: Vec::with_capacity(nb),
+                q: Vec::with_capacity(nb * QK),
+            },
+            GgufType::Q8_0 => Packed::I8 {
+                d: Vec::with_capacity(nb),
+                q: Vec::with_capacity(nb * QK),
+            },
+            GgufType::Q6K => Packed::I8S16 {
+                d: Vec::with_capacity(nb),
+                s: Vec::with_capacity(nb * 2),
+                q: Vec::with_capacity(nb * QK),
+            },
+            GgufType::F32 | GgufType::F16 => {
+                return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
+            }
+        };
+        let bb = ty.block_bytes();
+        let mut buf = vec![0u8; need.min((SLICE / bb).max(1) * bb)];
+        let mut left = need;
+        while left > 0 {
+            let n = left.min(buf.len());
+            let slice = &mut buf[..n];
+            src.read_exact(slice).map_err(KernelError::Read)?;
+            append_blocks(ty, slice, &mut packed);
+            left -= slice.len();
+        }
+        let packed = if rows.is_multiple_of(8) && interleave_enabled() {
+            interleave(packed, rows, cols)
+        } else {
+            packed
+        };
+        Ok(QMatrix {
+            rows,
+            cols,
+            source: ty,
+            packed,
+        })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        match &self.packed {
+            Packed::U4 { d, m, q }
+            | Packed::U4x8 { d, m, q }
+            | Packed::U8 { d, m, q }
+            | Packed::U8x8 { d, m, q } => (d.len() + m.len()) * 4 + q.len(),
+            Packed::I8 { d, q } | Packed::I8x8 { d, q } => d.len() * 4 + q.len(),
+            Packed::I8S16 { d, s, q } | Packed::I8S16x8 { d, s, q } => {
+                d.len() * 4 + s.len() * 2 + q.len()
+            }
+        }
+    }
+
+    /// Writes row `row` as floats into `out` (`cols` long). `false` when out of range.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> bool {
+        if row >= self.rows || out.len() != self.cols {
+            return false;
+        }
+        let nb = self.cols / QK;
+        if let Some(all) = self.interleaved() {
+            let g = all.group(row / 8, nb);
+            let lane = row % 8;
+            for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                let db = g.d[8 * b + lane];
+                let mb = g.m.map_or(0.0, |m| m[8 * b + lane]);
+                for (k, o) in o.iter_mut().enumerate() {
+                    let sub =
+                        g.s.map_or(1.0, |s| s[32 * b + 16 * (k / 16) + 2 * lane] as f32);
+                    *o = db * sub * g.q.value(b, lane, k) as f32 + mb;
+                }
+            }
+            return true;
+        }
+        let b0 = row * nb;
+        for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+            let blk = b0 + b;
+            match &self.packed {
+                Packed::U4 { d, m, q } => {
+                    let qs = &q[blk * 16..blk * 16 + 16];
+                    for i in 0..16 {
+                        o[i] = d[blk] * (qs[i] & 0x0f) as f32 + m[blk];
+                        o[i + 16] = d[blk] * (qs[i] >> 4) as f32 + m[blk];
+                    }
+                }
+                Packed::U8 { d, m, q } => {
+                    for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
+                        o[i] = d[blk] * *v as f32 + m[blk];
+                    }
+                }
+                Packed::I8 { d, q } => {
+                    for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
+                        o[i] = d[blk] * *v as f32;
+                    }
+                }
+                Packed::I8S16 { d, s, q } => {
+                    for (i, v) in q[blk * QK..blk * QK + QK].iter().enumerate() {
+                        o[i] = d[blk] * s[blk * 2 + i / 16] as f32 * *v as f32;
+                    }
+                }
+                // Read through `interleaved` above.
+                Packed::U4x8 { .. }
+                | Packed::U8x8 { .. }
+                | Packed::I8x8 { .. }
+                | Packed::I8S16x8 { .. } => {}
+            }
+        }
+        true
+    }
+
+    /// The arrays of an interleaved matrix; `None` for the row-by-row layouts.
+    pub(crate) fn interleaved(&self) -> Option<Interleaved<'_>> {
+        let (d, m, s, q) = match &self.packed {
+            Packed::U4x8 { d, m, q } => (d, Some(m), None, GroupQuants::Nibbles(q)),
+            Packed::U8x8 { d, m, q } => (d, Some(m), None, GroupQuants::Unsigned(q)),
+            Packed::I8x8 { d, q } => (d, None, None, GroupQuants::Signed(q)),
+            Packed::I8S16x8 { d, s, q } => (d, None, Some(s), GroupQuants::Signed(q)),
+            _ => return None,
+        };
+        Some(Interleaved {
+            d,
+            m: m.map(Vec::as_slice),
+            s: s.map(Vec::as_slice),
+            q,
+        })
+    }
+}
+
+/// Repacks the whole GGUF blocks of type `ty` in `data` onto the end of `packed` (a row-by-row
+/// layout made for `ty` by [`QMatrix::read_gguf`]).
+fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
+    let bb = ty.block_bytes();
+    match (ty, packed) {
+        (GgufType::Q4_0 | GgufType::Q4_1, Packed::U4 { d, m, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let scale = rd_f16(blk, 0);
+                if ty == GgufType::Q4_0 {
+                    d.push(scale);
+                    m.push(-8.0 * scale);
+                    q.extend_from_slice(&blk[2..18]);
+                } else {
+                    d.push(scale);
+                    m.push(rd_f16(blk, 2));
+                    q.extend_from_slice(&blk[4..20]);
+                }
+            }
+        }
+        (GgufType::Q5_0 | GgufType::Q5_1, Packed::U8 { d, m, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let scale = rd_f16(blk, 0);
+                let (min, hbase) = if ty == GgufType::Q5_0 {
+                    (-16.0 * scale, 2)
+                } else {
+                    (rd_f16(blk, 2), 4)
+                };
+                let qh = u32::from_le_bytes([
+                    blk[hbase],
+                    blk[hbase + 1],
+                    blk[hbase + 2],
+                    blk[hbase + 3],
+                ]);
+                let qs = &blk[hbase + 4..hbase + 20];
+                let mut vals = [0u8; 32];
+                for i in 0..16 {
+                    vals[i] = (qs[i] & 0x0f) | ((((qh >> i) & 1) as u8) << 4);
+                    vals[i + 16] = (qs[i] >> 4) | ((((qh >> (i + 16)) & 1) as u8) << 4);
+                }
+                d.push(scale);
+                m.push(min);
+                q.extend_from_slice(&vals);
+            }
+        }
+        (GgufType::Q8_0, Packed::I8 { d, q }) => {
+            for blk in data.chunks_exact(bb) {
+                d.push(rd_f16(blk, 0));
+                q.extend(blk[2..34].iter().map(|&b| b as i8));
+            }
+        }
+        (GgufType::Q4K, Packed::U4 { d, m, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let sd = rd_f16(blk, 0);
+                let smin = rd_f16(blk, 2);
+                let sc = &blk[4..16];
+                let qs = &blk[16..144];
+                for j in 0..8 {
+                    let (s, mn) = if j < 4 {
+                        (sc[j] & 63, sc[j + 4] & 63)
+                    } else {
+                        (
+                            (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4),
+                            (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
+                        )
+                    };
+                    d.push(sd * s as f32);
+                    m.push(-smin * mn as f32);
+                    let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                    let shift = if j % 2 == 0 { 0 } else { 4 };
+                    for i in 0..16 {
+                        let lo = (chunk[i] >> shift) & 0x0f;
+                        let hi = (chunk[i + 16] >> shift) & 0x0f;
+                        q.push(lo | (hi << 4));
+                    }
+                }
+            }
+        }
+        (GgufType::Q6K, Packed::I8S16 { d, s, q }) => {
+            for blk in data.chunks_exact(bb) {
+                let ql = &blk[0..128];
+                let qh = &blk[128..192];
+                let sc = &blk[192..208];
+                let sd = rd_f16(blk, 208);
+                let mut vals = [0i8; 256];
+                for half in 0..2 {
+                    let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+                    let base = 128 * half;
+                    for l in 0..32 {
+                        let h = qh[l];
+                        vals[base + l] = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
+                        vals[base + l + 32] =
+                            ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
+                        vals[base + l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+                        vals[base + l + 96] =
+                            ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+                    }
+                }
+                for b in 0..8 {
+                    d.push(sd);
+                    s.push(sc[2 * b] as i8 as i16);
+                    s.push(sc[2 * b + 1] as i8 as i16);
+                }
+                q.extend_from_slice(&vals);
+            }
+        }
+        // `read_gguf` makes the layout that matches the type.
+        _ => {}
+    }
+}
+
+/// The arrays of interleaved rows (see [`Packed::U4x8`] and its siblings): of a whole matrix,
+/// or of one group of eight rows ([`Interleaved::group`]), which is what the `*_x8` kernels
+/// read.
+#[derive(Clone, Copy)]
+pub(crate) struct Interleaved<'a> {
+    /// Scales, 8 per block (one per row).
+    pub d: &'a [f32],
+    /// Offsets, 8 per block (`U4x8`, `U8x8`).
+    pub m: Option<&'a [f32]>,
+    /// Doubled sub-scales, 32 per block (`I8S16x8`).
+    pub s: Option<&'a [i16]>,
+    /// The quants.
+    pub q: GroupQuants<'a>,
+}
+
+impl<'a> Interleaved<'a> {
+    /// Group `g` (rows `8g..8g + 8`) of a whole matrix with `nb` blocks per row.
+    ///
+    /// # Panics
+    /// When the matrix has no group `g` (callers pass groups of its rows).
+    pub(crate) fn group(&self, g: usize, nb: usize) -> Interleaved<'a> {
+        let r = |n: usize| n * g * nb..n * (g + 1) * nb;
+        Interleaved {
+            d: &self.d[r(8)],
+            m: self.m.map(|m| &m[r(8)]),
+            s: self.s.map(|s| &s[r(32)]),
+            q: match self.q {
+                GroupQuants::Nibbles(q) => GroupQuants::Nibbles(&q[r(128)]),
+                GroupQuants::Unsigned(q) => GroupQuants::Unsigned(&q[r(256)]),
+                GroupQuants::Signed(q) => GroupQuants::Signed(&q[r(256)]),
+            },
+        }
+    }
+}
+
+/// The quants of [`Interleaved`] rows.
+#[derive(Clone, Copy)]
+pub(crate) enum GroupQuants<'a> {
+    /// 4-bit, 128 bytes per block (`U4x8`).
+    Nibbles(&'a [u8]),
+    /// Unsigned bytes, 256 per block (`U8x8`).
+    Unsigned(&'a [u8]),
+    /// Signed bytes, 256 per block (`I8x8`, `I8S16x8`).
+    Signed(&'a [i8]),
+}
+
+/// Where byte `k` of lane `lane`'s row-block lies within interleaved block `b`, for row-blocks
+/// of `row_block` bytes: chunks of four bytes per lane in turn.
+fn lane_index(row_block: usize, b: usize, lane: usize, k: usize) -> usize {
+    8 * row_block * b + 32 * (k / 4) + 4 * lane + k % 4
+}
+
+impl GroupQuants<'_> {
+    /// Quant `k` (0..32) of lane `lane` in block `b`.
+    pub(crate) fn value(self, b: usize, lane: usize, k: usize) -> i32 {
+        match self {
+            GroupQuants::Nibbles(q) => {
+                let byte = q[lane_index(16, b, lane, k % 16)];
+                i32::from(if k < 16 { byte & 0x0f } else { byte >> 4 })
+            }
+            GroupQuants::Unsigned(q) => i32::from(q[lane_index(QK, b, lane, k)]),
+            GroupQuants::Signed(q) => i32::from(q[lane_index(QK, b, lane, k)]),
+        }
+    }
+}
+
+/// Whether matrices are interleaved at load (`FERROGRAPH_INTERLEAVE=0` turns it off).
+fn interleave_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FERROGRAPH_INTERLEAVE").map_or(true, |v| v != "0"))
+}
+
+/// Reorders `v`, a `rows` (a multiple of 8) by `nb` blocks matrix with `per` values per
+/// block, from row order to the interleaved order of [`Packed::U4x8`] and its siblings: per
+/// group of eight rows and block, `chunk` values of each row in turn. Each group occupies the
+/// same range in both orders, so this works in place with one group of scratch.
+fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize, chunk: usize) {
+    let group_len = 8 * nb * per;
+    let mut scratch: Vec<T> = Vec::with_capacity(group_len);
+    for g in 0..rows / 8 {
+        let region = &mut v[g * group_len..(g + 1) * group_len];
+        scratch.clear();
+        scratch.extend_from_slice(region);
+        for lane in 0..8 {
+            for b in 0..nb {
+                let src = (lane * nb + b) * per;
+                let dst = b * 8 * per + lane * chunk;
+                for k in 0..per {
+                    region[dst + (k / chunk) * 8 * chunk + k % chunk] = scratch[src + k];
+                }
+            }
+        }
+    }
+}
+
+/// The interleaved form of a row-by-row matrix of `rows` (a multiple of 8) by `cols`.
+fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
+    let nb = cols / QK;
+    let per_block = |mut v: Vec<f32>| {
+        interleave_in_place(&mut v, rows, nb, 1, 1);
+        v
+    };
+    match packed {
+        Packed::U4 { d, m, mut q } => {
+            interleave_in_place(&mut q, rows, nb, 16, 4);
+            Packed::U4x8 {
+                d: per_block(d),
+                m: per_block(m),
+                q,
+            }
+        }
+        Packed::U8 { d, m, mut q } => {
+            interleave_in_place(&mut q, rows, nb, QK, 4);
+            Packed::U8x8 {
+                d: per_block(d),
+                m: per_block(m),
+                q,
+            }
+        }
+        Packed::I8 { d, mut q } => {
+            interleave_in_place(&mut q, rows, nb, QK, 4);
+            Packed::I8x8 { d: per_block(d), q }
+        }
+        Packed::I8S16 { d, mut s, mut q } => {
+            interleave_in_place(&mut q, rows, nb, QK, 4);
+            // Each lane's two sub-scales per block, then each written twice: one 32-bit lane
+            // of 16-bit pairs for `madd`.
+            interleave_in_place(&mut s, rows, nb, 2, 1);
+            let s = s.iter().flat_map(|&v| [v, v]).collect();
+            Packed::I8S16x8 {
+                d: per_block(d),
+                s,
+                q,
+            }
+        }
+        interleaved => interleaved,
+    }
+}
+
+/// Rows of activations quantized to 8-bit blocks of [`QK`].
+#[derive(Clone, Debug, Default)]
+pub struct QAct {
+    /// Elements per row.
+    pub cols: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Quants, `rows * cols`.
+    pub q: Vec<i8>,
+    /// Scale per block.
+    pub d: Vec<f32>,
+    /// Scale times the sum of the block's quants.
+    pub s: Vec<f32>,
+}
+
+impl QAct {
+    /// Quantizes `x` (`rows` rows of `cols`, `cols` a multiple of [`QK`]) into `self`.
+    pub fn quantize(&mut self, x: &[f32], cols: usize) {
+        self.resize(x.len(), cols);
+        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s);
+    }
+
+    fn resize(&mut self, len: usize, cols: usize) {
+        debug_assert!(cols.is_multiple_of(QK) && len.is_multiple_of(cols.max(1)));
+        self.cols = cols;
+        self.rows = len.checked_div(cols).unwrap_or(0);
+        self.q.resize(len, 0);
+        self.d.resize(len / QK, 0.0);
+        self.s.resize(len / QK, 0.0);
+    }
+
+    /// [`QAct::quantize`] with the rows split over `pool`'s threads (the same result).
+    pub fn quantize_on(&mut self, pool: &pool::Pool, x: &[f32], cols: usize) {
+        let rows = x.len().checked_div(cols).unwrap_or(0);
+        if pool.threads().min(rows) <= 1 {
+            return self.quantize(x, cols);
+        }
+        self.resize(x.len(), cols);
+        // The pool's row ranges; each thread writes only its own slices.
+        let per_row = cols / QK;
+        let mut pieces = Vec::with_capacity(pool.threads());
+        let (mut q, mut d, mut s) = (&mut self.q[..], &mut self.d[..], &mut self.s[..]);
+        for r in pool.split(rows) {
+            let n = r.len();
+            let (qh, qt) = std::mem::take(&mut q).split_at_mut(n * cols);
+            let (dh, dt) = std::mem::take(&mut d).split_at_mut(n * per_row);
+            let (sh, st) = std::mem::take(&mut s).split_at_mut(n * per_row);
+            (q, d, s) = (qt, dt, st);
+            pieces.push(parking_lot::Mutex::new((
+                r.start * cols..r.end * cols,
+                qh,
+                dh,
+                sh,
+            )));
+        }
+        pool.run(&|tid| {
+            if let Some(piece) = pieces.get(tid) {
+                let mut piece = piece.lock();
+                let (range, q, d, s) = &mut *piece;
+                quantize_blocks(&x[range.clone()], q, d, s);
+            }
+        });
+    }
+}
+
+/// Quantizes the blocks of `x` into `q`, their scales `d` and scaled sums `s`.
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for (((xb, qb), db), sb) in x
+        .chunks_exact(QK)
+        .zip(q.chunks_exact_mut(QK))
+        .zip(d.iter_mut())
+        .zip(s.iter_mut())
+    {
+        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        // Round to nearest even without a libm call or a float-to-int conversion (which
+        // does not vectorize): adding 1.5 * 2^23 leaves the integer in the low mantissa bits
+        // (|v * id| <= 127, or garbage, never undefined, for NaN).
+        const SHIFT: f32 = 12_582_912.0;
+        let mut sum = 0i32;
+        for (o, v) in qb.iter_mut().zip(xb) {
+            let qi = (v * id + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32;
+            *o = qi as i8;
+            sum = sum.wrapping_add(qi);
+        }
+        *db = scale;
+        *sb = scale * sum as f32;
+    }
+}
+
+/// Instruction sets with kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Isa {
+    /// Portable scalar code (the reference).
+    Scalar,
+    /// x86-64 AVX2 + FMA.
+    Avx2,
+    /// AVX2 + FMA with AVX-VNNI's `vpdpbusd` for the interleaved kernels' integer sums.
+    AvxVnni,
+    /// AVX2 + FMA with AVX-512 VNNI's `vpdpbusd` (256-bit, AVX-512VL) for the interleaved
+    /// kernels' integer sums.
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// Every instruction set, the preferred last.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+
+    /// The name `FERROGRAPH_ISA` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+}
+
+/// The best instruction set of this CPU. `FERROGRAPH_ISA` (`scalar`, `avx2`, `avxvnni`,
+/// `avx512vnni`) asks for another one; one this CPU lacks is ignored with a warning.
+pub fn detected_isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        if let Ok(want) = std::env::var("FERROGRAPH_ISA") {
+            match Isa::ALL.into_iter().find(|i| i.name() == want) {
+                Some(isa) if isa_available(isa) => return isa,
+                _ => tracing::warn!(isa = %want, "FERROGRAPH_ISA names no instruction set this CPU has; using the best one"),
+            }
+        }
+        Isa::ALL
+            .into_iter()
+            .rev()
+            .find(|&isa| isa_available(isa))
+            .unwrap_or(Isa::Scalar)
+    })
+}
+
+/// Whether `isa` can run on this CPU.
+pub fn isa_available(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        match isa {
+            Isa::Scalar => true,
+            Isa::Avx2 => avx2,
+            Isa::AvxVnni => avx2 && is_x86_feature_detected!("avxvnni"),
+            Isa::Avx512Vnni => {
+                avx2 && is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        isa == Isa::Scalar
+    }
+}
+
+impl QAct {
+    /// Activation rows `t0..t0 + nt`, sliced for kernels.
+    fn tile(&self, t0: usize, nt: usize) -> Acts<'_> {
+        let nb = self.cols / QK;
+        Acts {
+            q: &self.q[t0 * self.cols..(t0 + nt) * self.cols],
+            d: &self.d[t0 * nb..(t0 + nt) * nb],
+            s: &self.s[t0 * nb..(t0 + nt) * nb],
+            nb,
+        }
+    }
+}
+
+/// Dot products of weight row `row` with activation rows `t0..t0 + out.len()` (at most 4),
+/// into `out`.
+fn dot_tile(isa: Isa, w: &QMatrix, row: usize, x: &QAct, t0: usize, out: &mut [f32]) {
+    let xs = x.tile(t0, out.len());
+    let r = row * xs.nb..(row + 1) * xs.nb;
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: every SIMD `Isa` includes AVX2 and FMA, and `matmul_with` runs only ones
+        // `isa_available` finds on this CPU.
+        unsafe { x86::dot_tile(&w.packed, r, &xs, out) };
+        return;
+    }
+    let _ = isa;
+    scalar::dot_tile(&w.packed, r, &xs, out);
+}
+
+/// Dot products of the eight rows of `group` with activation rows `t0..t0 + out.len() / 8`
+/// (at most 4), into `out` (`out[8 * t + lane]`).
+fn dot_tile_x8(isa: Isa, group: &Interleaved<'_>, x: &QAct, t0: usize, out: &mut [f32]) {
+    let xs = x.tile(t0, out.len() / 8);
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `matmul_with` runs only instruction sets `isa_available` finds on this CPU,
+        // which is what each module's entry point requires.
+        match isa {
+            Isa::Avx2 => return unsafe { x86::x8_avx2::dot_x8(group, &xs, out) },
+            Isa::AvxVnni => return unsafe { x86::x8_avx_vnni::dot_x8(group, &xs, out) },
+            Isa::Avx512Vnni => return unsafe { x86::x8_avx512_vnni::dot_x8(group, &xs, out) },
+            Isa::Scalar => {}
+        }
+    }
+    let _ = isa;
+    scalar::dot_x8(group, &xs, out);
+}
+
+/// A tile of activation rows, sliced for one weight row's blocks.
+pub(crate) struct Acts<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+    pub nb: usize,
+}
+
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32, usize);
+// SAFETY: used only to write disjoint elements from the pool's threads (see `matmul_with`).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// `out_j[t * rows_j + r] = dot(w_j row r, x row t)` for every job `(w_j, out_j)`, all jobs
+/// sharing one activation and one parallel dispatch over the pool.
+///
+/// # Panics
+/// When an output's length is not `x.rows * w.rows` or `x.cols != w.cols` (programming
+/// errors; shapes are checked at load).
+pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
+    matmul_with(detected_isa(), pool::global(), jobs, x)
+}
+
+/// [`matmul`] with an explicit instruction set and pool.
+pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
+    let isa = if isa_available(isa) { isa } else { Isa::Scalar };
+    let t = x.rows;
+    let mut total = 0;
+    let mut outs = Vec::with_capacity(jobs.len());
+    for (w, out) in jobs.iter_mut() {
+        assert_eq!(w.cols, x.cols, "matmul: inner dimensions differ");
+        assert_eq!(out.len(), t * w.rows, "matmul: output size");
+        outs.push((*w, OutPtr(out.as_mut_ptr(), out.len()), total));
+        total += w.rows;
+    }
+    let threads = pool.threads().min(total.max(1));
+    let work = |tid: usize| {
+        if tid >= threads {
+            return;
+        }
+        let (lo, hi) = (total * tid / threads, total * (tid + 1) / threads);
+        let mut tile = [0f32; 32];
+        for &(w, out, start) in &outs {
+            let (a, b) = (lo.max(start), hi.min(start + w.rows));
+            if a >= b {
+                continue;
+            }
+            if let Some(all) = w.interleaved() {
+                // Groups of eight rows, each taken by the thread whose range holds its first
+                // row: disjoint, and together every group.
+                let (first, end) = ((a - start).div_ceil(8), (b - start).div_ceil(8));
+                for g in first..end {
+                    let group = all.group(g, w.cols / QK);
+                    let mut t0 = 0;
+                    while t0 < t {
+                        let nt = (t - t0).min(4);
+                        dot_tile_x8(isa, &group, x, t0, &mut tile[..8 * nt]);
+                        for i in 0..nt {
+                            let idx = (t0 + i) * w.rows + 8 * g;
+                            assert!(idx + 8 <= out.1);
+                            for lane in 0..8 {
+                                // SAFETY: in bounds (checked); each (token, group) is written
+                                // by exactly one thread (see above).
+                                unsafe { *out.0.add(idx + lane) = tile[8 * i + lane] };
+                            }
+                        }
+                        t0 += nt;
+                    }
+                }
+                continue;
+            }
+            for global in a..b {
+                let r = global - start;
+                let mut t0 = 0;
+                while t0 < t {
+                    let nt = (t - t0).min(4);
+                    dot_tile(isa, w, r, x, t0, &mut tile[..nt]);
+                    for (i, v) in tile[..nt].iter().enumerate() {
+                        let idx = (t0 + i) * w.rows + r;
+                        assert!(idx < out.1);
+                        // SAFETY: `idx` is in bounds (checked) of the output, which outlives
+                        // the dispatch; each (token, row) pair is written by exactly one
+                        // thread, since the row ranges of the threads are disjoint.
+                        unsafe { *out.0.add(idx) = *v };
+                    }
+                    t0 += nt;
+                }
+            }
+        }
+    };
+    pool.run(&work);
+}
