@@ -29,7 +29,7 @@
 //! (see `scripts/crash-long.sh`) makes more. `FERROGRAPH_CRASH_SEED` replays a sequence of
 //! kill delays.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph::checkpoint_savers::SledSaver;
 use serde::Deserialize;

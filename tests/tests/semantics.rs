@@ -1,7 +1,7 @@
 //! The semantics suite: every rule of state, graphs, supersteps, interrupts, limits,
 //! subgraphs, streaming, checkpoints and the actor runtime, tested through the public API.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph::core::graph::GraphProblem;
 use ferrograph::core::state::StateUpdate;

@@ -2,7 +2,7 @@
 //! a real HTTP client. Every route, SSE streaming, the review loop, the error cases (400, 401,
 //! 404, 405, 409, 413, 415, 422) and the token rule for non-loopback binds.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph::checkpoint_savers::SledSaver;
 use ferrograph::core::stream::NodeEventKind;

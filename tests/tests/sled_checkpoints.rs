@@ -4,7 +4,7 @@
 //! saver contract; corruption as a typed error; hundreds of concurrent runs; and flat bytes
 //! per step for a long chat.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph::checkpoint_savers::{SledSaver, CHECKPOINTS_TREE, THREADS_TREE, THREAD_RECORD};
 use ferrograph::core::checkpoint::{

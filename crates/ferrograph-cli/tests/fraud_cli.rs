@@ -1,7 +1,7 @@
 //! `ferrograph run fraud` end to end in real processes: an investigation killed with SIGKILL
 //! between tools resumes from its checkpoint in a new process and completes without running
 //! the finished tools again; the audit trail is queryable.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};

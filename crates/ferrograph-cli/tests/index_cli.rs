@@ -1,7 +1,7 @@
 //! `ferrograph index build|search|stats|list|rm` end to end with the real MiniLM model
 //! (fetched by `scripts/fetch-models.sh`; a clear failure when it is missing in CI, a loud
 //! skip elsewhere).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Command, Output};

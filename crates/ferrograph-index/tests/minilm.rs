@@ -3,7 +3,7 @@
 //! repository's own sources (crates/**/*.rs and the README) chunked, embedded and indexed:
 //! recall@10 of the graph against exact search, sensible answers, filters, and reopening
 //! without re-embedding.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use ferrograph_index::build::{chunk_file, collect_files, content_hash, embedding_text};
 use ferrograph_index::{

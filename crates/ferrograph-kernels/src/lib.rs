@@ -877,11 +877,14 @@ fn dot_tile_x8(isa: Isa, group: &Interleaved<'_>, x: &QAct, t0: usize, out: &mut
     let xs = x.tile(t0, out.len() / 8);
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `matmul_with` runs only instruction sets `isa_available` finds on this CPU,
-        // which is what each module's entry point requires.
+        // `matmul_with` runs only instruction sets `isa_available` finds on this CPU, which
+        // is what each module's entry point requires.
         match isa {
+            // SAFETY: AVX2 and FMA are present (see above).
             Isa::Avx2 => return unsafe { x86::x8_avx2::dot_x8(group, &xs, out) },
+            // SAFETY: AVX-VNNI is present (see above).
             Isa::AvxVnni => return unsafe { x86::x8_avx_vnni::dot_x8(group, &xs, out) },
+            // SAFETY: AVX512-VNNI is present (see above).
             Isa::Avx512Vnni => return unsafe { x86::x8_avx512_vnni::dot_x8(group, &xs, out) },
             Isa::Scalar => {}
         }

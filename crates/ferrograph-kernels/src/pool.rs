@@ -173,7 +173,9 @@ impl Pool {
             std::panic::resume_unwind(p);
         }
         if self.inner.panicked.swap(false, Ordering::SeqCst) {
-            panic!("a kernel worker panicked");
+            // A worker's panic is re-raised on the caller, like the caller's own share above:
+            // the kernel's output is incomplete and must not be used.
+            std::panic::resume_unwind(Box::new("a kernel worker panicked"));
         }
     }
 }

@@ -16,7 +16,7 @@
 //! Random weights make this a check of the forward pass (attention layout, rotary embedding
 //! style, norms, biases, fused projections, grouped-query attention, sliding windows, tied
 //! embeddings), not of model quality; the real-model tests cover the rest.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{Device, Tensor};

@@ -1,7 +1,13 @@
 //! Our kernels' forward pass (`ferrograph_kernels::decoder`) against candle's quantized llama
 //! on the real SmolLM2 weights: the logits agree within the tolerance below and the greedy
 //! tokens match.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    clippy::explicit_counter_loop
+)]
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};

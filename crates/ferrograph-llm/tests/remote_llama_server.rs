@@ -7,7 +7,7 @@
 //! model); without them the test fails and says so.
 
 #![cfg(feature = "remote")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph_core::message::{Message, ToolSpec, ToolStatus};
 use ferrograph_llm::{

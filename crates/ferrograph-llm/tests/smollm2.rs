@@ -2,7 +2,7 @@
 //!
 //! The model is fetched with `scripts/fetch-models.sh` when missing. Only when that fails and
 //! the environment is not CI (no `CI` variable) do the tests skip, loudly.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use ferrograph_core::message::Message;
 use ferrograph_core::node::EventSink;

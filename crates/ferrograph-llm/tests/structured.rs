@@ -3,7 +3,13 @@
 //!
 //! The model is fetched with `scripts/fetch-models.sh` when missing; only outside CI do the
 //! tests skip (loudly) when that fails.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
+#![allow(
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    dead_code
+)]
 
 use ferrograph_core::message::{Message, ToolSpec, ToolStatus};
 use ferrograph_llm::manifest::{ensure_model, DEFAULT_CHAT_MODEL};

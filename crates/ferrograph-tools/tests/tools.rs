@@ -1,7 +1,7 @@
 //! Tools: the trait, the `#[tool]` macro, the registry, the tool node in a real graph, the
 //! router, and the file-system tools (confinement with real symlinks, limits).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ferrograph_core::message::{Message, Role, ToolCall, ToolStatus};
 use ferrograph_core::prelude::*;

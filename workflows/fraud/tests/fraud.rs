@@ -1,7 +1,7 @@
 //! The fraud workflow end to end: deterministic mode, the LLM fallback, tool time-outs, the
 //! step limit, the whole-run limit and resume, every safety rule broken on purpose by a
 //! scripted planner, and a run on the real SmolLM2.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use async_trait::async_trait;
 use ferrograph::prelude::*;

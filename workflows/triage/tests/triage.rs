@@ -1,7 +1,7 @@
 //! The triage workflow end to end: a scripted model that breaks on purpose (the fallback,
 //! the error field, the critic's rejection and a second round), and a run on the real
 //! SmolLM2 over the fixture repository with its planted bug.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use async_trait::async_trait;
 use ferrograph::prelude::*;
