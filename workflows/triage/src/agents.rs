@@ -13,7 +13,7 @@
 //! fields are composed from the evidence.
 
 use super::check::{CheckContext, FieldCheck};
-use super::evidence::Evidence;
+use super::evidence::{Evidence, Frame};
 use super::llm::{constrain_to, AgentLlm};
 use super::models::*;
 use super::retrieval::{is_secondary, IndexProgressHook, Retrieval, RetrievedChunk, SearchPlan};
@@ -1112,6 +1112,9 @@ impl Agents {
                     {
                         p.push("the title is the error line, not a summary".into());
                     }
+                    if !checks_rc.names_symptom(&o.title) {
+                        p.push("the title does not name the reported symptom".into());
+                    }
                     if !o.assignee.is_empty() && !team.contains(&o.assignee) {
                         p.push(format!("assignee {} is not on the team", o.assignee));
                     }
@@ -1149,10 +1152,38 @@ impl Agents {
                 compose_fix(&location, &top, &ev)
             }
         };
+        let report_text = format!("{}\n{}", s.issue_title, s.issue_body);
+        let has_repro = !reproduction_steps(&s.issue_body).is_empty();
+        // Composed labels: `bug`, and each default label the report's words support
+        // (`wrong-result` only when it does not crash).
+        let supported = |l: &str| {
+            self.labels.iter().any(|x| x == l)
+                && label_supported(l, &report_text, !ev.error_lines.is_empty(), has_repro)
+        };
+        let evidence_labels = || -> Vec<String> {
+            let crash = supported("crash");
+            [
+                "bug",
+                "crash",
+                "wrong-result",
+                "regression",
+                "performance",
+                "needs-repro",
+            ]
+            .into_iter()
+            .filter(|l| supported(l) && !(crash && *l == "wrong-result"))
+            .map(String::from)
+            .collect()
+        };
         let ticket_v = match ticket.value.take() {
             Some(mut o) => {
-                o.labels.retain(|l| self.labels.contains(l));
+                // A label must be on the list and supported by the report's words: a crash
+                // is not "performance" because the model picked it.
+                o.labels.retain(|l| supported(l));
                 o.labels.dedup();
+                if o.labels.is_empty() {
+                    o.labels = evidence_labels();
+                }
                 o
             }
             None => {
@@ -1166,14 +1197,7 @@ impl Agents {
                         },
                         90,
                     ),
-                    labels: if ev.error_lines.is_empty() {
-                        vec!["bug".into()]
-                    } else {
-                        vec!["bug".into(), "crash".into()]
-                    }
-                    .into_iter()
-                    .filter(|l: &String| self.labels.contains(l))
-                    .collect(),
+                    labels: evidence_labels(),
                     assignee: String::new(),
                 }
             }
@@ -1321,8 +1345,16 @@ pub fn review_checks(s: &TriageState, ev: &Evidence) -> Vec<ReviewCheck> {
 fn plan_for(s: &TriageState, ev: &Evidence, repo_files: &[String]) -> SearchPlan {
     let mut plan = SearchPlan::from_evidence(&s.issue_title, ev, repo_files);
     if let Some(i) = &s.investigator {
-        plan.queries
-            .insert(1.min(plan.queries.len()), i.hypothesis.clone());
+        // A hypothesis composed in code for a raise inside a check names the check's file,
+        // which the plan deliberately weighs down: as a query it would undo that. Otherwise
+        // (the model's, or one naming the innermost frame) it is one more query.
+        let composed = s.field_checks.iter().any(|c| {
+            c.agent == agent::INVESTIGATOR && c.field == "hypothesis" && c.source == "composed"
+        });
+        if !(composed && plan.raised_in_check) {
+            plan.queries
+                .insert(1.min(plan.queries.len()), i.hypothesis.clone());
+        }
         for a in &i.affected_areas {
             if !plan.identifiers.contains(a) && !a.contains('/') && !a.contains(' ') {
                 plan.identifiers.push(a.clone());
@@ -1562,12 +1594,36 @@ fn evidence_strength(ev: &Evidence, frames_in_repo: &[String]) -> f64 {
 
 fn compose_hypothesis(s: &TriageState, ev: &Evidence, frames_in_repo: &[String]) -> String {
     let error = ev.error_lines.first().map(|e| clip(e, 120));
-    let inner = ev.frames.iter().rev().find(|f| {
+    let mut in_repo = ev.frames.iter().rev().filter(|f| {
         f.function.as_deref().is_some_and(|x| x != "<module>")
             && frames_in_repo.iter().any(|r| {
                 r.ends_with(&short_path(&f.file)) || short_path(&f.file).ends_with(r.as_str())
             })
     });
+    let inner = in_repo.next();
+    let caller = in_repo.next();
+    let at = |f: &Frame| {
+        format!(
+            "`{}` ({}{})",
+            f.function.as_deref().unwrap_or("?"),
+            short_path(&f.file),
+            f.line.map(|l| format!(", line {l}")).unwrap_or_default()
+        )
+    };
+    // A check that only raises refused a value its caller computed: the caller is the lead.
+    if let (Some(check), Some(caller), Some(_)) = (inner, caller, &error) {
+        if check
+            .function
+            .as_deref()
+            .is_some_and(Evidence::is_check_function)
+        {
+            return format!(
+                "{} only refuses the value; {}, which computed it, is the first suspect.",
+                at(check),
+                at(caller)
+            );
+        }
+    }
     match (inner, &error) {
         (Some(f), Some(e)) => format!(
             "`{}` ({}{}) is on the failing path that ends in `{e}`; the values it computes there are the first suspect.",
@@ -1678,6 +1734,10 @@ fn compose_fix(location: &str, top: &str, ev: &Evidence) -> String {
     format!("Change the code at {where_} {what}, and add a regression test built from the report's reproduction.")
 }
 
+/// Lines of the reporter's reproduction copied into the report; a longer one is cut with a
+/// note (the whole is in the issue).
+const MAX_REPRO_STEPS: usize = 15;
+
 /// The report's reproduction: the first lines of the code block under a heading or line
 /// that mentions reproducing, else of the first code block that is not a traceback.
 fn reproduction_steps(body: &str) -> Vec<Step> {
@@ -1712,11 +1772,19 @@ fn reproduction_steps(body: &str) -> Vec<Step> {
                 .find(|(_, b)| !b.is_empty() && !b[0].starts_with("Traceback"))
         });
     pick.map(|(_, b)| {
-        b.iter()
-            .filter(|l| !l.starts_with('#'))
-            .take(4)
+        let lines: Vec<&String> = b.iter().filter(|l| !l.starts_with('#')).collect();
+        let mut steps: Vec<Step> = lines
+            .iter()
+            .take(MAX_REPRO_STEPS)
             .map(|l| Step(clip(l, 150)))
-            .collect()
+            .collect();
+        if lines.len() > MAX_REPRO_STEPS {
+            steps.push(Step(format!(
+                "… {} more line(s) in the report",
+                lines.len() - MAX_REPRO_STEPS
+            )));
+        }
+        steps
     })
     .unwrap_or_default()
 }
@@ -1905,5 +1973,16 @@ mod tests {
             steps,
             vec![Step("from x import y".into()), Step("y(1)".into())]
         );
+        // The steps that trigger the bug often come last: none is dropped.
+        let fixture = include_str!("../../../tests/fixtures/triage/issue.md");
+        let steps = reproduction_steps(fixture);
+        assert_eq!(steps.len(), 8, "{steps:?}");
+        assert!(steps
+            .iter()
+            .any(|s| s.0 == "invoice.apply_code(\"LOYAL50\")"));
+        let long: String = (0..20).map(|i| format!("step({i})\n")).collect();
+        let steps = reproduction_steps(&format!("```\n{long}```\n"));
+        assert_eq!(steps.len(), MAX_REPRO_STEPS + 1);
+        assert!(steps[MAX_REPRO_STEPS].0.contains("5 more line(s)"));
     }
 }

@@ -130,6 +130,42 @@ impl CheckContext {
         }
     }
 
+    /// Whether `text` names the reported symptom: it shares a meaningful word (outside file
+    /// paths and code names) with the issue's title. "The error is in `x.py`" does not.
+    pub fn names_symptom(&self, text: &str) -> bool {
+        if self.title_words.is_empty() {
+            return true;
+        }
+        let prose: String = text
+            .split_whitespace()
+            .filter(|w| !is_code_name(w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_')))
+            .collect::<Vec<_>>()
+            .join(" ");
+        content_words(&prose)
+            .iter()
+            .any(|w| self.title_words.contains(w))
+    }
+
+    /// Whether a figure (see [`numbers_in`]) occurs in the evidence with its sign: `12.50`
+    /// is not known when the evidence only has `-12.50`.
+    pub fn knows_figure(&self, figure: &str) -> bool {
+        let hay = &self.evidence;
+        let mut from = 0;
+        while let Some(i) = hay[from..].find(figure) {
+            let start = from + i;
+            let end = start + figure.len();
+            let before = hay[..start].chars().next_back();
+            let after = hay[end..].chars().next();
+            let signed_apart = figure.starts_with('-')
+                || before.is_none_or(|c| c != '-' && c != '.' && !c.is_ascii_digit());
+            if signed_apart && after.is_none_or(|c| !c.is_ascii_digit()) {
+                return true;
+            }
+            from = end;
+        }
+        self.words.contains(figure)
+    }
+
     /// The problems of `text` as a field that needs at least `min_words` real words.
     pub fn problems(&self, text: &str, min_words: usize) -> Vec<Problem> {
         let mut out = Vec::new();
@@ -150,11 +186,10 @@ impl CheckContext {
         if let Some(p) = placeholder(text) {
             out.push(Problem::Placeholder(p));
         }
-        for name in names_in(text).into_iter().chain(numbers_in(text)) {
-            if !self.knows(&name) {
-                out.push(Problem::UnknownName(name));
-                break;
-            }
+        let unknown_name = names_in(text).into_iter().find(|n| !self.knows(n));
+        let unknown_figure = || numbers_in(text).into_iter().find(|f| !self.knows_figure(f));
+        if let Some(name) = unknown_name.or_else(unknown_figure) {
+            out.push(Problem::UnknownName(name));
         }
         if !self.title_words.is_empty() && min_words > 0 {
             let own = content_words(text);
@@ -245,17 +280,20 @@ fn contains_word(hay: &str, needle: &str) -> bool {
 pub fn numbers_in(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for raw in text.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',') {
-        let t = raw.trim_end_matches(['.', ';', ':', '!', '?']);
-        let digits = t.trim_end_matches('%');
+        let t = raw
+            .trim_matches(['`', '"', '\''])
+            .trim_end_matches(['.', ';', ':', '!', '?']);
+        let signed = t.trim_end_matches('%');
+        let digits = signed.strip_prefix('-').unwrap_or(signed);
         let numeric = !digits.is_empty()
             && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
             && digits.chars().filter(|c| *c == '.').count() <= 1
             && !digits.starts_with('.');
         if numeric
             && (t.ends_with('%') || digits.contains('.') || digits.len() >= 3)
-            && !out.contains(&digits.to_string())
+            && !out.contains(&signed.to_string())
         {
-            out.push(digits.to_string());
+            out.push(signed.to_string());
         }
     }
     out
@@ -676,6 +714,13 @@ mod tests {
     }
 
     #[test]
+    fn a_title_names_the_symptom() {
+        let c = CheckContext::new("evidence", "Invoice total goes negative with two codes");
+        assert!(!c.names_symptom("The error is in ledgerlite/invoice.py:41-97"));
+        assert!(c.names_symptom("apply_discounts makes the invoice total negative"));
+    }
+
+    #[test]
     fn figures_must_come_from_the_evidence() {
         let c = CheckContext::new("60 % off, then 50 %; total -12.50", "t");
         assert_eq!(
@@ -689,5 +734,13 @@ mod tests {
         assert!(c
             .problems("The 60 % and 50 % codes give -12.50 in total.", 3)
             .is_empty());
+        // The sign is part of the figure: the evidence has -12.50, not 12.50.
+        assert_eq!(numbers_in("it is -12.50, not 12.50"), ["-12.50", "12.50"]);
+        assert!(matches!(
+            c.problems("The total of the invoice is 12.50 after the codes.", 3)[..],
+            [Problem::UnknownName(ref f)] if f == "12.50"
+        ));
+        assert!(!c.knows_figure("2.50"));
+        assert!(c.knows_figure("-12.50"));
     }
 }

@@ -368,12 +368,21 @@ impl Evidence {
     /// Whether the innermost frame in the repository is a check that only raises, called
     /// from another repository frame (see [`Evidence::is_check_function`]).
     pub fn raised_in_check(&self, repo_files: &[String]) -> bool {
+        self.raising_check(repo_files).is_some()
+    }
+
+    /// The name of the check function the message is raised in, when
+    /// [`Evidence::raised_in_check`] holds (`_check_not_negative`).
+    pub fn raising_check(&self, repo_files: &[String]) -> Option<&str> {
         let mut frames = self
             .frames
             .iter()
             .rev()
             .filter(|f| match_repo_path(&f.file, repo_files).is_some());
-        matches!((frames.next(), frames.next()), (Some(f), Some(_)) if Self::frame_is_check(f))
+        match (frames.next(), frames.next()) {
+            (Some(f), Some(_)) if Self::frame_is_check(f) => f.function.as_deref(),
+            _ => None,
+        }
     }
 
     fn frame_is_check(frame: &Frame) -> bool {

@@ -449,6 +449,56 @@ pub struct WriterOutput {
     pub ticket_effort_estimate: Effort,
 }
 
+/// Whether the report's words support a ticket label of [`DEFAULT_LABELS`]: `crash` needs an
+/// error line or a crash word, `regression` a report that it used to work, `performance`
+/// slowness or memory, `wrong-result` an expected/actual contrast, `documentation` docs words,
+/// `needs-repro` a report without a reproduction. `bug` and labels outside the default
+/// vocabulary (a project's own) are always supported: the model chose them from the
+/// configured list.
+///
+/// [`DEFAULT_LABELS`]: crate::agents::DEFAULT_LABELS
+pub fn label_supported(label: &str, text: &str, has_error_line: bool, has_repro: bool) -> bool {
+    let t = text.to_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| t.contains(w));
+    match label {
+        "crash" => has_error_line || any(&["crash", "panic", "segfault", "traceback", "exception"]),
+        "regression" => any(&[
+            "regression",
+            "used to work",
+            "worked in",
+            "worked fine in",
+            "worked before",
+            "no longer",
+            "since upgrading",
+            "after upgrading",
+            "since version",
+            "broke in",
+        ]),
+        "performance" => any(&[
+            "slow",
+            "performance",
+            "latency",
+            "memory",
+            "takes too long",
+            "hangs",
+            "timeout",
+            "quadratic",
+        ]),
+        "wrong-result" => {
+            any(&[
+                "expected",
+                "should be",
+                "should return",
+                "incorrect",
+                "wrong",
+            ]) && any(&["actual", "instead", "but got", "returns", "gives", "prints"])
+        }
+        "documentation" => any(&["documentation", "docstring", "the docs", "readme", "typo"]),
+        "needs-repro" => !has_repro,
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -508,6 +558,24 @@ mod tests {
         let t = serde_json::to_value(schemars::schema_for!(TicketOutput)).unwrap();
         assert_eq!(t["properties"]["title"]["maxLength"], 90);
         assert!(t["properties"].get("severity").is_none());
+    }
+
+    #[test]
+    fn labels_need_support_in_the_report() {
+        let fixture = include_str!("../../../tests/fixtures/triage/issue.md");
+        assert!(label_supported("bug", fixture, true, true));
+        assert!(label_supported("crash", fixture, true, true));
+        assert!(label_supported("wrong-result", fixture, true, true));
+        assert!(!label_supported("performance", fixture, true, true));
+        assert!(!label_supported("regression", fixture, true, true));
+        assert!(!label_supported("needs-repro", fixture, true, true));
+        assert!(label_supported(
+            "regression",
+            "It used to work in 1.2",
+            false,
+            true
+        ));
+        assert!(label_supported("team-billing", "anything", false, false));
     }
 
     #[test]

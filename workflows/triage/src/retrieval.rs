@@ -232,12 +232,21 @@ impl SearchPlan {
                 (p.to_string(), line)
             })
             .collect();
+        // A check that only raises is not where the refused value was made: its definition
+        // is no lead.
+        let check = ev.raising_check(repo_files);
+        let identifiers = ev
+            .identifiers
+            .iter()
+            .filter(|i| Some(i.rsplit(['.', ':']).next().unwrap_or(i)) != check)
+            .cloned()
+            .collect();
         SearchPlan {
             queries,
-            identifiers: ev.identifiers.clone(),
+            identifiers,
             phrases: ev.message_phrases(),
             frame_files,
-            raised_in_check: ev.raised_in_check(repo_files),
+            raised_in_check: check.is_some(),
         }
     }
 
@@ -491,12 +500,25 @@ fn hybrid(
         let l = lexical.search(&plan.identifiers.join(" "), K);
         lists.push((1.5, l.iter().map(|h| h.id).collect()));
     }
+    // Where the message is raised matters most without a stack trace; with one, the frames
+    // say more (the raise may sit in a check called by the faulty code).
+    // When the raise sits in a check function, the message's location is the check's file,
+    // which the stack trace already names and which says least of all: the phrases are left
+    // out.
+    let phrase_weight = if plan.frame_files.is_empty() {
+        2.0
+    } else if plan.raised_in_check {
+        0.0
+    } else {
+        1.0
+    };
     // Exact matches over every chunk.
     let mut ids: Vec<&u64> = lexical.chunks().keys().collect();
     ids.sort();
     let mut definitions: Vec<(usize, u64)> = Vec::new();
     let mut phrases: Vec<(usize, u64)> = Vec::new();
-    let mut frames: Vec<(usize, u64)> = Vec::new();
+    // One list per stack frame: the innermost frame's chunks say most.
+    let mut frames: Vec<Vec<(usize, u64)>> = vec![Vec::new(); plan.frame_files.len()];
     for id in ids {
         let Some(h) = lexical.chunks().get(id) else {
             continue;
@@ -511,6 +533,9 @@ fn hybrid(
         }
         let lower = h.text.to_lowercase();
         for (rank, p) in plan.phrases.iter().enumerate() {
+            if phrase_weight <= 0.0 {
+                break;
+            }
             if lower.contains(&p.to_lowercase()) {
                 phrases.push((rank, *id));
                 note(&h.path, format!("contains \"{p}\""));
@@ -520,23 +545,25 @@ fn hybrid(
         for (rank, (path, line)) in plan.frame_files.iter().enumerate() {
             if &h.path == path {
                 let at_line = line.is_some_and(|l| h.start_line <= l && l <= h.end_line);
-                frames.push((rank * 2 + usize::from(!at_line), *id));
+                if let Some(list) = frames.get_mut(rank) {
+                    list.push((usize::from(!at_line), *id));
+                }
                 note(&h.path, "in the stack trace".to_string());
             }
         }
     }
-    // Where the message is raised matters most without a stack trace; with one, the frames
-    // say more (the raise may sit in a check called by the faulty code).
-    // When the raise sits in a check function, the message's location is the check's file,
-    // which says least of all.
-    let phrase_weight = if plan.frame_files.is_empty() {
-        2.0
-    } else if plan.raised_in_check {
-        0.5
-    } else {
-        1.0
-    };
-    for (weight, mut list) in [(2.0, definitions), (phrase_weight, phrases), (1.5, frames)] {
+    let mut exact = vec![(2.0, definitions), (phrase_weight, phrases)];
+    // The caller of a check that raised computed the refused value: its frame is the prime
+    // suspect.
+    let mut frame_weight = if plan.raised_in_check { 2.5 } else { 1.5 };
+    for list in frames {
+        exact.push((frame_weight, list));
+        frame_weight *= 0.6;
+    }
+    for (weight, mut list) in exact {
+        if weight <= 0.0 {
+            continue;
+        }
         list.sort();
         if !list.is_empty() {
             lists.push((weight, list.into_iter().map(|(_, id)| id).collect()));
