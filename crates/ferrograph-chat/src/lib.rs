@@ -14,6 +14,8 @@
 //!   [`FallbackModel`] ([`ChatModelExt::with_fallbacks`]), [`invoke_all`] and
 //!   [`parallel!`] for concurrent sub-calls.
 //! - [`LlmError`]: every way a model call fails, with [`LlmError::is_retryable`].
+//! - With the `testing` feature, `testing::ScriptedModel`: a model answering from a script,
+//!   for tests of the logic around a model.
 
 pub mod error;
 pub mod fallback;
@@ -22,13 +24,15 @@ pub mod options;
 pub mod parallel;
 pub mod retry;
 pub mod sink;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::LlmError;
 pub use fallback::{default_fallback_on, ChatModelExt, FallbackModel};
 pub use model::{parse_structured, schema_hint, ChatModel, StructuredModel, ToolBoundModel};
 pub use options::{GenerateOptions, ResponseFormat, ToolChoice};
 pub use parallel::invoke_all;
-pub use retry::{RetryModel, RetryPolicy};
+pub use retry::{run_with_retry, RetryModel, RetryPolicy};
 pub use sink::TokenSink;
 
 #[doc(hidden)]

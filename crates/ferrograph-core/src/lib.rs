@@ -14,6 +14,7 @@ pub mod json;
 pub mod message;
 pub mod migrate;
 pub mod node;
+pub mod retry;
 pub mod state;
 pub mod stream;
 
@@ -28,9 +29,9 @@ pub use message::{
     Message, MessageOp, MessagesUpdate, Role, TokenUsage, ToolCall, ToolSpec, ToolStatus,
 };
 pub use node::{
-    Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult, RetryPolicy,
-    SendTo, END, START,
+    Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult, SendTo, END, START,
 };
+pub use retry::{RetryPolicy, Retryable};
 pub use state::{ReducerError, State, StateUpdate};
 pub use stream::{StreamEvent, StreamMode, StreamModes};
 
@@ -44,8 +45,9 @@ pub mod __private {
 pub mod prelude {
     pub use crate::message::{Message, MessageOp, MessagesUpdate, ToolCall, ToolSpec};
     pub use crate::node::{
-        Command, NodeContext, NodeError, NodeOptions, NodeOutput, RetryPolicy, SendTo, END, START,
+        Command, NodeContext, NodeError, NodeOptions, NodeOutput, SendTo, END, START,
     };
+    pub use crate::retry::RetryPolicy;
     pub use crate::state::{State, StateUpdate};
     pub use crate::stream::{StreamEvent, StreamMode, StreamModes};
     pub use crate::{graph::Route, graph::StateGraph, CompiledGraph, Json, Resume};

@@ -4,6 +4,7 @@
 use crate::id::stable_hash;
 use crate::interrupt::Interrupt;
 use crate::json::Json;
+use crate::retry::RetryPolicy;
 use crate::state::State;
 use crate::stream::{NodeEvent, NodeEventKind};
 use futures::future::BoxFuture;
@@ -543,126 +544,6 @@ where
     Arc::new(FnNode(f))
 }
 
-/// Decides whether an error is worth another attempt.
-pub type RetryPredicate = Arc<dyn Fn(&NodeError) -> bool + Send + Sync>;
-
-/// How often and how patiently a failing node is tried again.
-#[derive(Clone)]
-pub struct RetryPolicy {
-    /// Total attempts, including the first (1 means no retry).
-    pub max_attempts: u32,
-    /// Wait before the second attempt.
-    pub initial_backoff: Duration,
-    /// Growth factor of the wait per attempt.
-    pub multiplier: f64,
-    /// Upper bound of the wait.
-    pub max_backoff: Duration,
-    /// Randomize each wait between 50% and 100% of its value.
-    pub jitter: bool,
-    /// Which errors to retry; by default [`NodeError::is_retryable`].
-    pub retry_on: RetryPredicate,
-}
-
-impl fmt::Debug for RetryPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryPolicy")
-            .field("max_attempts", &self.max_attempts)
-            .field("initial_backoff", &self.initial_backoff)
-            .field("multiplier", &self.multiplier)
-            .field("max_backoff", &self.max_backoff)
-            .field("jitter", &self.jitter)
-            .finish()
-    }
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: Duration::from_millis(100),
-            multiplier: 2.0,
-            max_backoff: Duration::from_secs(10),
-            jitter: true,
-            retry_on: Arc::new(NodeError::is_retryable),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// No retries.
-    pub fn none() -> Self {
-        RetryPolicy {
-            max_attempts: 1,
-            ..Self::default()
-        }
-    }
-
-    /// `attempts` attempts with the default backoff.
-    pub fn attempts(attempts: u32) -> Self {
-        RetryPolicy {
-            max_attempts: attempts.max(1),
-            ..Self::default()
-        }
-    }
-
-    /// Sets the first wait.
-    #[must_use]
-    pub fn with_backoff(mut self, initial: Duration) -> Self {
-        self.initial_backoff = initial;
-        self
-    }
-
-    /// Sets which errors are retried.
-    #[must_use]
-    pub fn retry_on(mut self, f: impl Fn(&NodeError) -> bool + Send + Sync + 'static) -> Self {
-        self.retry_on = Arc::new(f);
-        self
-    }
-
-    /// Whether attempt `attempt` (from 1), which failed with `err`, should be followed by another.
-    pub fn should_retry(&self, attempt: u32, err: &NodeError) -> bool {
-        attempt < self.max_attempts && !err.is_interrupt() && (self.retry_on)(err)
-    }
-
-    /// Wait before attempt `attempt + 1`, given that attempt `attempt` (from 1) failed.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let base = exponential_backoff(
-            self.initial_backoff,
-            self.multiplier,
-            self.max_backoff,
-            attempt,
-        );
-        if self.jitter {
-            jittered(base)
-        } else {
-            base
-        }
-    }
-}
-
-/// The wait after failed attempt `attempt` (from 1): `initial × multiplier^(attempt − 1)`,
-/// capped at `max` (a multiplier below 1 counts as 1). Shared by node retries and model-call
-/// retries.
-pub fn exponential_backoff(
-    initial: Duration,
-    multiplier: f64,
-    max: Duration,
-    attempt: u32,
-) -> Duration {
-    let exp = multiplier
-        .max(1.0)
-        .powi(attempt.saturating_sub(1).min(64) as i32);
-    let secs = (initial.as_secs_f64() * exp).min(max.as_secs_f64());
-    Duration::from_secs_f64(secs.max(0.0))
-}
-
-/// `wait` scaled by a random factor between 0.5 and 1, so that callers failing together do
-/// not retry together.
-pub fn jittered(wait: Duration) -> Duration {
-    use rand::Rng;
-    wait.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
-}
-
 /// Per-node settings.
 #[derive(Clone, Debug, Default)]
 pub struct NodeOptions {
@@ -742,29 +623,5 @@ mod tests {
         let err = ctx.interrupt::<_, u32>("q").unwrap_err();
         assert!(matches!(err, NodeError::BadResume { .. }), "{err:?}");
         assert!(!err.is_retryable());
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let p = RetryPolicy {
-            jitter: false,
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(35),
-            ..RetryPolicy::default()
-        };
-        assert_eq!(p.backoff(1), Duration::from_millis(10));
-        assert_eq!(p.backoff(2), Duration::from_millis(20));
-        assert_eq!(p.backoff(3), Duration::from_millis(35));
-        let j = RetryPolicy {
-            initial_backoff: Duration::from_millis(100),
-            ..RetryPolicy::default()
-        };
-        for _ in 0..50 {
-            let d = j.backoff(1);
-            assert!(d >= Duration::from_millis(50) && d <= Duration::from_millis(100));
-        }
-        assert!(p.should_retry(1, &NodeError::failed("x")));
-        assert!(!p.should_retry(3, &NodeError::failed("x")));
-        assert!(!p.should_retry(1, &NodeError::fatal("x")));
     }
 }

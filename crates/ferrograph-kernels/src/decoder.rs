@@ -167,23 +167,12 @@ pub struct DecoderModel {
     len: usize,
 }
 
-fn md<'a>(ct: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value, String> {
-    ct.metadata.get(key).ok_or_else(|| format!("missing {key}"))
-}
-
 fn md_usize(ct: &gguf_file::Content, key: &str) -> Result<usize, String> {
-    let v = md(ct, key)?;
-    v.to_u32()
-        .map(|x| x as usize)
-        .or_else(|_| v.to_u64().map(|x| x as usize))
-        .map_err(|e| format!("{key}: {e}"))
+    crate::gguf_meta::usize(ct, key).ok_or_else(|| format!("missing or not a count: {key}"))
 }
 
 fn md_f32(ct: &gguf_file::Content, key: &str) -> Option<f32> {
-    let v = ct.metadata.get(key)?;
-    v.to_f32()
-        .ok()
-        .or_else(|| v.to_f64().ok().map(|x| x as f32))
+    crate::gguf_meta::f32(ct, key)
 }
 
 fn gguf_type(t: GgmlDType) -> Option<GgufType> {
@@ -202,10 +191,9 @@ fn gguf_type(t: GgmlDType) -> Option<GgufType> {
 }
 
 fn config(ct: &gguf_file::Content) -> Result<DecoderConfig, String> {
-    let arch = md(ct, "general.architecture")?
-        .to_string()
-        .map_err(|e| e.to_string())?
-        .clone();
+    let arch = crate::gguf_meta::string(ct, "general.architecture")
+        .ok_or("missing general.architecture")?
+        .to_string();
     let family = Family::from_architecture(&arch).ok_or_else(|| format!("architecture {arch}"))?;
     let a = family.architecture();
     let dim = md_usize(ct, &format!("{a}.embedding_length"))?;

@@ -38,8 +38,10 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod decoder;
+pub mod gguf_meta;
 pub mod pool;
 mod scalar;
+pub mod vector;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

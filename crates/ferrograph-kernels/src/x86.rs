@@ -41,7 +41,8 @@ macro_rules! by_tokens {
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
-    by_tokens!(out.len(), NT => tile::<NT>(w, r, x, out))
+    // SAFETY: the caller guarantees AVX2 and FMA (this function's contract); `tile` checks the slice bounds it reads.
+    unsafe { by_tokens!(out.len(), NT => tile::<NT>(w, r, x, out)) }
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -74,16 +75,19 @@ unsafe fn row_block<const NT: usize, const SIGNED: bool>(
     acc: &mut [__m256; NT],
     macc: &mut [f32; NT],
 ) {
-    let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
-    for t in 0..NT {
-        let xb = t * x.nb + b;
-        let y = _mm256_loadu_si256(x.q.as_ptr().add(xb * QK) as *const __m256i);
-        let y = if SIGNED { _mm256_sign_epi8(y, wv) } else { y };
-        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, y), mul);
-        let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
-        acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
-        if !SIGNED {
-            macc[t] += mb * *x.s.get_unchecked(xb);
+    // SAFETY: the caller guarantees AVX2 and FMA and that `x` holds `NT` tokens of `x.nb` blocks with `b < x.nb` (this function's contract), so every load and unchecked index below is in bounds.
+    unsafe {
+        let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+        for t in 0..NT {
+            let xb = t * x.nb + b;
+            let y = _mm256_loadu_si256(x.q.as_ptr().add(xb * QK) as *const __m256i);
+            let y = if SIGNED { _mm256_sign_epi8(y, wv) } else { y };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, y), mul);
+            let sc = _mm256_set1_ps(db * *x.d.get_unchecked(xb));
+            acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[t]);
+            if !SIGNED {
+                macc[t] += mb * *x.s.get_unchecked(xb);
+            }
         }
     }
 }
@@ -91,61 +95,65 @@ unsafe fn row_block<const NT: usize, const SIGNED: bool>(
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32]) {
-    let nb = x.nb;
-    // Every pointer read below is within these bounds.
-    assert!(out.len() >= NT && r.len() == nb);
-    assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb && x.s.len() >= NT * nb);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); NT];
-    let mut macc = [0f32; NT];
-    match w {
-        Packed::U4 { d, m, q } => {
-            let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * 16..r.end * 16]);
-            let m4 = _mm_set1_epi8(0x0f);
-            for b in 0..nb {
-                // SAFETY (reads): `q` holds `16 * nb` bytes and activations `NT * nb * QK`
-                // (asserted above).
-                let raw = _mm_loadu_si128(q.as_ptr().add(16 * b) as *const __m128i);
-                let lo = _mm_and_si128(raw, m4);
-                let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
-                let wv = _mm256_set_m128i(hi, lo);
-                row_block::<NT, false>(wv, ones, d[b], m[b], b, x, &mut acc, &mut macc);
+    // SAFETY: the caller guarantees AVX2 and FMA; the asserts above bound every pointer read and unchecked index below.
+    unsafe {
+        let nb = x.nb;
+        // Every pointer read below is within these bounds.
+        assert!(out.len() >= NT && r.len() == nb);
+        assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb && x.s.len() >= NT * nb);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); NT];
+        let mut macc = [0f32; NT];
+        match w {
+            Packed::U4 { d, m, q } => {
+                let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * 16..r.end * 16]);
+                let m4 = _mm_set1_epi8(0x0f);
+                for b in 0..nb {
+                    // SAFETY (reads): `q` holds `16 * nb` bytes and activations `NT * nb * QK`
+                    // (asserted above).
+                    let raw = _mm_loadu_si128(q.as_ptr().add(16 * b) as *const __m128i);
+                    let lo = _mm_and_si128(raw, m4);
+                    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+                    let wv = _mm256_set_m128i(hi, lo);
+                    row_block::<NT, false>(wv, ones, d[b], m[b], b, x, &mut acc, &mut macc);
+                }
+            }
+            // Interleaved matrices go through `dot_x8`.
+            Packed::U4x8 { .. }
+            | Packed::U8x8 { .. }
+            | Packed::I8x8 { .. }
+            | Packed::I8S16x8 { .. } => {}
+            Packed::U8 { d, m, q } => {
+                let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * QK..r.end * QK]);
+                for b in 0..nb {
+                    let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                    row_block::<NT, false>(wv, ones, d[b], m[b], b, x, &mut acc, &mut macc);
+                }
+            }
+            Packed::I8 { d, q } => {
+                let (d, q) = (&d[r.clone()], &q[r.start * QK..r.end * QK]);
+                for b in 0..nb {
+                    let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                    row_block::<NT, true>(wv, ones, d[b], 0.0, b, x, &mut acc, &mut macc);
+                }
+            }
+            Packed::I8S16 { d, s, q } => {
+                let (d, s, q) = (
+                    &d[r.clone()],
+                    &s[r.start * 2..r.end * 2],
+                    &q[r.start * QK..r.end * QK],
+                );
+                for b in 0..nb {
+                    let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
+                    let scv =
+                        _mm256_set_m128i(_mm_set1_epi16(s[2 * b + 1]), _mm_set1_epi16(s[2 * b]));
+                    row_block::<NT, true>(wv, scv, d[b], 0.0, b, x, &mut acc, &mut macc);
+                }
             }
         }
-        // Interleaved matrices go through `dot_x8`.
-        Packed::U4x8 { .. }
-        | Packed::U8x8 { .. }
-        | Packed::I8x8 { .. }
-        | Packed::I8S16x8 { .. } => {}
-        Packed::U8 { d, m, q } => {
-            let (d, m, q) = (&d[r.clone()], &m[r.clone()], &q[r.start * QK..r.end * QK]);
-            for b in 0..nb {
-                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
-                row_block::<NT, false>(wv, ones, d[b], m[b], b, x, &mut acc, &mut macc);
-            }
+        for t in 0..NT {
+            out[t] = hsum(acc[t]) + macc[t];
         }
-        Packed::I8 { d, q } => {
-            let (d, q) = (&d[r.clone()], &q[r.start * QK..r.end * QK]);
-            for b in 0..nb {
-                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
-                row_block::<NT, true>(wv, ones, d[b], 0.0, b, x, &mut acc, &mut macc);
-            }
-        }
-        Packed::I8S16 { d, s, q } => {
-            let (d, s, q) = (
-                &d[r.clone()],
-                &s[r.start * 2..r.end * 2],
-                &q[r.start * QK..r.end * QK],
-            );
-            for b in 0..nb {
-                let wv = _mm256_loadu_si256(q.as_ptr().add(QK * b) as *const __m256i);
-                let scv = _mm256_set_m128i(_mm_set1_epi16(s[2 * b + 1]), _mm_set1_epi16(s[2 * b]));
-                row_block::<NT, true>(wv, scv, d[b], 0.0, b, x, &mut acc, &mut macc);
-            }
-        }
-    }
-    for t in 0..NT {
-        out[t] = hsum(acc[t]) + macc[t];
     }
 }
 
@@ -174,17 +182,20 @@ macro_rules! x8_kernels {
             /// # Safety
             /// The CPU must support `$features`.
             pub(crate) unsafe fn dot_x8(g: &Interleaved<'_>, x: &Acts<'_>, out: &mut [f32]) {
-                match g.q {
-                    GroupQuants::Nibbles(q) => dot_u4x8(g, q, x, out),
-                    GroupQuants::Unsigned(q) => dot_bytes_x8::<false, 4>(g, q, x, out),
-                    GroupQuants::Signed(q) => {
-                        // SAFETY: `i8` and `u8` have the same size and alignment; the kernel reads the
-                        // bytes through SIMD loads and treats them as signed.
-                        let q = std::slice::from_raw_parts(q.as_ptr() as *const u8, q.len());
-                        if g.s.is_some() {
-                            dot_bytes_x8::<true, 4>(g, q, x, out)
-                        } else {
-                            dot_bytes_x8::<true, 1>(g, q, x, out)
+                // SAFETY: the caller guarantees `$features` (this function's contract); the callees check the bounds they read.
+                unsafe {
+                    match g.q {
+                        GroupQuants::Nibbles(q) => dot_u4x8(g, q, x, out),
+                        GroupQuants::Unsigned(q) => dot_bytes_x8::<false, 4>(g, q, x, out),
+                        GroupQuants::Signed(q) => {
+                            // SAFETY: `i8` and `u8` have the same size and alignment; the kernel reads the
+                            // bytes through SIMD loads and treats them as signed.
+                            let q = std::slice::from_raw_parts(q.as_ptr() as *const u8, q.len());
+                            if g.s.is_some() {
+                                dot_bytes_x8::<true, 4>(g, q, x, out)
+                            } else {
+                                dot_bytes_x8::<true, 1>(g, q, x, out)
+                            }
                         }
                     }
                 }
@@ -193,7 +204,10 @@ macro_rules! x8_kernels {
             #[target_feature(enable = $features)]
             #[inline(never)]
             unsafe fn dot_u4x8(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
-                by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, x, out))
+                // SAFETY: the caller guarantees `$features`; `tile_u4x8` checks the bounds it reads.
+                unsafe {
+                    by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, x, out))
+                }
             }
 
             #[target_feature(enable = $features)]
@@ -204,7 +218,10 @@ macro_rules! x8_kernels {
                 x: &Acts<'_>,
                 out: &mut [f32],
             ) {
-                by_tokens!(out.len() / 8, NT => tile_bytes_x8::<NT, SIGNED, RUN>(g, q, x, out))
+                // SAFETY: the caller guarantees `$features`; `tile_bytes_x8` checks the bounds it reads.
+                unsafe {
+                    by_tokens!(out.len() / 8, NT => tile_bytes_x8::<NT, SIGNED, RUN>(g, q, x, out))
+                }
             }
 
             /// The lengths every `*_x8` kernel relies on.
@@ -235,17 +252,20 @@ macro_rules! x8_kernels {
                 x: &Acts<'_>,
                 acc: &mut [__m256; NT],
             ) {
-                let nb = x.nb;
-                // SAFETY (reads): `d` and `m` hold 8 values per block (checked by `check_x8`).
-                let dv = _mm256_loadu_ps(g.d.as_ptr().add(8 * b));
-                for t in 0..NT {
-                    let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
-                }
-                if let Some(m) = g.m {
-                    let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
+                // SAFETY: the caller guarantees `$features` and passes in-bounds blocks (this function's contract).
+                unsafe {
+                    let nb = x.nb;
+                    // SAFETY (reads): `d` and `m` hold 8 values per block (checked by `check_x8`).
+                    let dv = _mm256_loadu_ps(g.d.as_ptr().add(8 * b));
                     for t in 0..NT {
-                        acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(t * nb + b)), acc[t]);
+                        let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
+                    }
+                    if let Some(m) = g.m {
+                        let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
+                        for t in 0..NT {
+                            acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(t * nb + b)), acc[t]);
+                        }
                     }
                 }
             }
@@ -253,48 +273,51 @@ macro_rules! x8_kernels {
             #[target_feature(enable = $features)]
             #[inline]
             unsafe fn tile_u4x8<const NT: usize>(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
-                let nb = x.nb;
-                // Every pointer access below is within these bounds.
-                check_x8(g, 128, q, x, out, NT);
-                let m4 = _mm256_set1_epi8(0x0f);
-                let ones = _mm256_set1_epi16(1);
-                let mut acc = [_mm256_setzero_ps(); NT];
-                let xq = x.q.as_ptr();
-                for b in 0..nb {
-                    // Per token, the eight rows' block sums in 16-bit pairs. Each product is at most
-                    // 15 * 127 and each lane adds 16 of them (8 instructions x 2): below 2^15.
-                    let mut isum = [_mm256_setzero_si256(); NT];
-                    for c in 0..4 {
-                        // SAFETY (reads): `q` holds 128 bytes per block, activations `QK` bytes per
-                        // block and token (checked above); unaligned loads accept any address.
-                        let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
-                        let lo = _mm256_and_si256(raw, m4);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-                        for t in 0..NT {
-                            let y = xq.add((t * nb + b) * QK);
-                            let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
-                            let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
-                            if VNNI {
-                                isum[t] = $dpbusd(isum[t], lo, ylo);
-                                isum[t] = $dpbusd(isum[t], hi, yhi);
-                            } else {
-                                let p = _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(lo, ylo),
-                                    _mm256_maddubs_epi16(hi, yhi),
-                                );
-                                isum[t] = _mm256_add_epi16(isum[t], p);
+                // SAFETY: the caller guarantees `$features`; the asserts at the top bound every pointer read below.
+                unsafe {
+                    let nb = x.nb;
+                    // Every pointer access below is within these bounds.
+                    check_x8(g, 128, q, x, out, NT);
+                    let m4 = _mm256_set1_epi8(0x0f);
+                    let ones = _mm256_set1_epi16(1);
+                    let mut acc = [_mm256_setzero_ps(); NT];
+                    let xq = x.q.as_ptr();
+                    for b in 0..nb {
+                        // Per token, the eight rows' block sums in 16-bit pairs. Each product is at most
+                        // 15 * 127 and each lane adds 16 of them (8 instructions x 2): below 2^15.
+                        let mut isum = [_mm256_setzero_si256(); NT];
+                        for c in 0..4 {
+                            // SAFETY (reads): `q` holds 128 bytes per block, activations `QK` bytes per
+                            // block and token (checked above); unaligned loads accept any address.
+                            let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
+                            let lo = _mm256_and_si256(raw, m4);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                            for t in 0..NT {
+                                let y = xq.add((t * nb + b) * QK);
+                                let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+                                let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
+                                if VNNI {
+                                    isum[t] = $dpbusd(isum[t], lo, ylo);
+                                    isum[t] = $dpbusd(isum[t], hi, yhi);
+                                } else {
+                                    let p = _mm256_add_epi16(
+                                        _mm256_maddubs_epi16(lo, ylo),
+                                        _mm256_maddubs_epi16(hi, yhi),
+                                    );
+                                    isum[t] = _mm256_add_epi16(isum[t], p);
+                                }
                             }
                         }
-                    }
-                    if !VNNI {
-                        for v in isum.iter_mut() {
-                            *v = _mm256_madd_epi16(*v, ones);
+                        if !VNNI {
+                            for v in isum.iter_mut() {
+                                *v = _mm256_madd_epi16(*v, ones);
+                            }
                         }
+                        scale_block(g, b, &isum, x, &mut acc);
                     }
-                    scale_block(g, b, &isum, x, &mut acc);
-                }
-                for t in 0..NT {
-                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                    for t in 0..NT {
+                        _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                    }
                 }
             }
 
@@ -312,60 +335,63 @@ macro_rules! x8_kernels {
                 x: &Acts<'_>,
                 out: &mut [f32],
             ) {
-                let nb = x.nb;
-                // Every pointer access below is within these bounds.
-                check_x8(g, 256, q, x, out, NT);
-                let ones = _mm256_set1_epi16(1);
-                let mut acc = [_mm256_setzero_ps(); NT];
-                let xq = x.q.as_ptr();
-                // Sub-scales apply per half: signed quants in runs of 4 are `I8S16x8`'s (a constant,
-                // so the unsigned and 8-bit kernels carry no test for them).
-                let has_subs = SIGNED && RUN == 4;
-                let subs = if has_subs { g.s } else { None };
-                // With VNNI, every layout without sub-scales goes straight into the 32-bit sums:
-                // no 16-bit stage to bound.
-                let direct_vnni = VNNI && !has_subs;
-                for b in 0..nb {
-                    let mut isum = [_mm256_setzero_si256(); NT];
-                    for run in 0..8 / RUN {
-                        let mut part = [_mm256_setzero_si256(); NT];
-                        for c in RUN * run..RUN * (run + 1) {
-                            // SAFETY (reads): `q` holds 256 bytes per block, activations `QK` bytes per
-                            // block and token (checked above); unaligned loads accept any address.
-                            let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
-                            let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
-                            for t in 0..NT {
-                                let y = xq.add((t * nb + b) * QK + 4 * c);
-                                let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
-                                let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
-                                if direct_vnni {
-                                    isum[t] = $dpbusd(isum[t], aw, yv);
-                                    continue;
+                // SAFETY: the caller guarantees `$features`; the asserts at the top bound every pointer read below.
+                unsafe {
+                    let nb = x.nb;
+                    // Every pointer access below is within these bounds.
+                    check_x8(g, 256, q, x, out, NT);
+                    let ones = _mm256_set1_epi16(1);
+                    let mut acc = [_mm256_setzero_ps(); NT];
+                    let xq = x.q.as_ptr();
+                    // Sub-scales apply per half: signed quants in runs of 4 are `I8S16x8`'s (a constant,
+                    // so the unsigned and 8-bit kernels carry no test for them).
+                    let has_subs = SIGNED && RUN == 4;
+                    let subs = if has_subs { g.s } else { None };
+                    // With VNNI, every layout without sub-scales goes straight into the 32-bit sums:
+                    // no 16-bit stage to bound.
+                    let direct_vnni = VNNI && !has_subs;
+                    for b in 0..nb {
+                        let mut isum = [_mm256_setzero_si256(); NT];
+                        for run in 0..8 / RUN {
+                            let mut part = [_mm256_setzero_si256(); NT];
+                            for c in RUN * run..RUN * (run + 1) {
+                                // SAFETY (reads): `q` holds 256 bytes per block, activations `QK` bytes per
+                                // block and token (checked above); unaligned loads accept any address.
+                                let wv = _mm256_loadu_si256(q.as_ptr().add(256 * b + 32 * c) as *const __m256i);
+                                let aw = if SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+                                for t in 0..NT {
+                                    let y = xq.add((t * nb + b) * QK + 4 * c);
+                                    let yv = _mm256_set1_epi32((y as *const i32).read_unaligned());
+                                    let yv = if SIGNED { _mm256_sign_epi8(yv, wv) } else { yv };
+                                    if direct_vnni {
+                                        isum[t] = $dpbusd(isum[t], aw, yv);
+                                        continue;
+                                    }
+                                    let p = _mm256_maddubs_epi16(aw, yv);
+                                    part[t] = if RUN == 1 {
+                                        p
+                                    } else {
+                                        _mm256_add_epi16(part[t], p)
+                                    };
                                 }
-                                let p = _mm256_maddubs_epi16(aw, yv);
-                                part[t] = if RUN == 1 {
-                                    p
-                                } else {
-                                    _mm256_add_epi16(part[t], p)
-                                };
+                            }
+                            if direct_vnni {
+                                continue;
+                            }
+                            let mul = match subs {
+                                // SAFETY (read): 32 sub-scales per block (checked above); `run` is the half.
+                                Some(s) => _mm256_loadu_si256(s.as_ptr().add(32 * b + 16 * run) as *const __m256i),
+                                None => ones,
+                            };
+                            for t in 0..NT {
+                                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(part[t], mul));
                             }
                         }
-                        if direct_vnni {
-                            continue;
-                        }
-                        let mul = match subs {
-                            // SAFETY (read): 32 sub-scales per block (checked above); `run` is the half.
-                            Some(s) => _mm256_loadu_si256(s.as_ptr().add(32 * b + 16 * run) as *const __m256i),
-                            None => ones,
-                        };
-                        for t in 0..NT {
-                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(part[t], mul));
-                        }
+                        scale_block(g, b, &isum, x, &mut acc);
                     }
-                    scale_block(g, b, &isum, x, &mut acc);
-                }
-                for t in 0..NT {
-                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                    for t in 0..NT {
+                        _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                    }
                 }
             }
         }

@@ -257,18 +257,7 @@ fn read_content(path: &Path, file: &mut std::fs::File) -> Result<gguf_file::Cont
 }
 
 fn md_str(ct: &gguf_file::Content, key: &str) -> Option<String> {
-    ct.metadata
-        .get(key)
-        .and_then(|v| v.to_string().ok())
-        .cloned()
-}
-
-fn md_usize(ct: &gguf_file::Content, key: &str) -> Option<usize> {
-    let v = ct.metadata.get(key)?;
-    v.to_u32()
-        .map(|x| x as usize)
-        .or_else(|_| v.to_u64().map(|x| x as usize))
-        .ok()
+    ferrograph_kernels::gguf_meta::string(ct, key).map(str::to_string)
 }
 
 /// The manifest name for a model path, for "fetch it with ..." messages.
@@ -306,7 +295,9 @@ impl Engine {
                 supported: SUPPORTED_ARCHITECTURES.join(", "),
             });
         }
-        let model_ctx = md_usize(&ct, &format!("{arch}.context_length")).unwrap_or(4096);
+        let model_ctx =
+            ferrograph_kernels::gguf_meta::usize(&ct, &format!("{arch}.context_length"))
+                .unwrap_or(4096);
         let mut context_length = model_ctx.min(options.max_context.max(1));
         match arch.as_str() {
             "llama" => context_length = context_length.min(quantized_llama::MAX_SEQ_LEN),

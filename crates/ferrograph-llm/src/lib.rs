@@ -42,9 +42,9 @@ pub mod tool_calls;
 
 // The chat contract, re-exported so that code using the engine needs one import path.
 pub use ferrograph_chat::{
-    error, fallback, invoke_all, parallel, parse_structured, retry, schema_hint, sink, ChatModel,
-    ChatModelExt, FallbackModel, GenerateOptions, LlmError, ResponseFormat, RetryModel,
-    RetryPolicy, StructuredModel, TokenSink, ToolBoundModel, ToolChoice,
+    error, fallback, invoke_all, parallel, parse_structured, retry, run_with_retry, schema_hint,
+    sink, ChatModel, ChatModelExt, FallbackModel, GenerateOptions, LlmError, ResponseFormat,
+    RetryModel, RetryPolicy, StructuredModel, TokenSink, ToolBoundModel, ToolChoice,
 };
 pub use ferrograph_models::{manifest, DeviceKind};
 

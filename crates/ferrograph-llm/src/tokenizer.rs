@@ -7,7 +7,8 @@
 //! (type 4) plain added tokens.
 
 use crate::error::LlmError;
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Content;
+use ferrograph_kernels::gguf_meta;
 use std::collections::HashMap;
 use std::path::Path;
 use tokenizers::decoders::byte_fallback::ByteFallback;
@@ -50,49 +51,8 @@ pub struct SpecialTokens {
     pub eos_text: String,
 }
 
-fn md<'a>(ct: &'a Content, key: &str) -> Option<&'a Value> {
-    ct.metadata.get(key)
-}
-
-fn md_u32(ct: &Content, key: &str) -> Option<u32> {
-    let v = md(ct, key)?;
-    v.to_u32()
-        .ok()
-        .or_else(|| v.to_i32().ok().and_then(|x| u32::try_from(x).ok()))
-        .or_else(|| v.to_u64().ok().and_then(|x| u32::try_from(x).ok()))
-}
-
 fn md_strings(ct: &Content, key: &str, path: &Path) -> Result<Vec<String>, LlmError> {
-    let v = md(ct, key).ok_or_else(|| LlmError::invalid(path, format!("no `{key}` metadata")))?;
-    let arr = v
-        .to_vec()
-        .map_err(|_| LlmError::invalid(path, format!("`{key}` is not an array")))?;
-    arr.iter()
-        .map(|x| {
-            x.to_string()
-                .cloned()
-                .map_err(|_| LlmError::invalid(path, format!("`{key}` holds a non-string")))
-        })
-        .collect()
-}
-
-fn md_numbers(ct: &Content, key: &str) -> Option<Vec<f64>> {
-    let arr = md(ct, key)?.to_vec().ok()?;
-    // Matched by variant: the `to_*` accessors build an error (with a backtrace when
-    // RUST_BACKTRACE is set) for every mismatch, which cost seconds on a 262k vocabulary.
-    arr.iter()
-        .map(|x| match *x {
-            Value::F32(v) => Some(f64::from(v)),
-            Value::F64(v) => Some(v),
-            Value::I32(v) => Some(f64::from(v)),
-            Value::U32(v) => Some(f64::from(v)),
-            Value::I16(v) => Some(f64::from(v)),
-            Value::U16(v) => Some(f64::from(v)),
-            Value::I8(v) => Some(f64::from(v)),
-            Value::U8(v) => Some(f64::from(v)),
-            _ => None,
-        })
-        .collect()
+    gguf_meta::strings(ct, key).map_err(|e| LlmError::invalid(path, e.to_string()))
 }
 
 /// Builds the tokenizer described by a GGUF's `tokenizer.ggml.*` metadata.
@@ -100,15 +60,14 @@ pub fn tokenizer_from_gguf(
     ct: &Content,
     path: &Path,
 ) -> Result<(Tokenizer, SpecialTokens), LlmError> {
-    let kind = md(ct, "tokenizer.ggml.model")
-        .and_then(|v| v.to_string().ok())
-        .cloned()
-        .unwrap_or_default();
+    let kind = gguf_meta::string(ct, "tokenizer.ggml.model")
+        .unwrap_or_default()
+        .to_string();
     let tokens = md_strings(ct, "tokenizer.ggml.tokens", path)?;
     if tokens.is_empty() {
         return Err(LlmError::invalid(path, "empty tokenizer vocabulary"));
     }
-    let types: Vec<i64> = md_numbers(ct, "tokenizer.ggml.token_type")
+    let types: Vec<i64> = gguf_meta::numbers(ct, "tokenizer.ggml.token_type")
         .map(|v| v.into_iter().map(|x| x as i64).collect())
         .unwrap_or_default();
     let n =
@@ -129,18 +88,17 @@ pub fn tokenizer_from_gguf(
                 .vocab_and_merges(vocab, merges)
                 .build()
                 .map_err(|e| LlmError::invalid(path, format!("BPE: {e}")))?;
-            let pre = md(ct, "tokenizer.ggml.pre")
-                .and_then(|v| v.to_string().ok())
-                .cloned()
-                .unwrap_or_default();
+            let pre = gguf_meta::string(ct, "tokenizer.ggml.pre")
+                .unwrap_or_default()
+                .to_string();
             let mut t = Tokenizer::new(bpe);
             t.with_pre_tokenizer(Some(byte_level_pre_tokenizer(&pre, path)?));
             t.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
             t
         }
         "llama" => {
-            let scores = md_numbers(ct, "tokenizer.ggml.scores")
-                .ok_or_else(|| LlmError::invalid(path, "no `tokenizer.ggml.scores`"))?;
+            let scores = gguf_meta::numbers(ct, "tokenizer.ggml.scores")
+                .map_err(|e| LlmError::invalid(path, e.to_string()))?;
             let merges = spm_merges(&tokens, &scores);
             let bpe = BPE::builder()
                 .vocab_and_merges(vocab, merges)
@@ -148,9 +106,8 @@ pub fn tokenizer_from_gguf(
                 .unk_token("<unk>".to_string())
                 .build()
                 .map_err(|e| LlmError::invalid(path, format!("BPE: {e}")))?;
-            let add_space_prefix = md(ct, "tokenizer.ggml.add_space_prefix")
-                .and_then(|v| v.to_bool().ok())
-                .unwrap_or(false);
+            let add_space_prefix =
+                gguf_meta::boolean(ct, "tokenizer.ggml.add_space_prefix").unwrap_or(false);
             let mut t = Tokenizer::new(bpe);
             let mut norms: Vec<NormalizerWrapper> = Vec::new();
             if add_space_prefix {
@@ -196,19 +153,17 @@ pub fn tokenizer_from_gguf(
     tokenizer.add_special_tokens(&special);
     tokenizer.add_tokens(&user);
 
-    let bos = md_u32(ct, "tokenizer.ggml.bos_token_id");
-    let eos = md_u32(ct, "tokenizer.ggml.eos_token_id");
-    let add_bos = md(ct, "tokenizer.ggml.add_bos_token")
-        .and_then(|v| v.to_bool().ok())
-        .unwrap_or(kind == "llama");
+    let bos = gguf_meta::u32(ct, "tokenizer.ggml.bos_token_id");
+    let eos = gguf_meta::u32(ct, "tokenizer.ggml.eos_token_id");
+    let add_bos = gguf_meta::boolean(ct, "tokenizer.ggml.add_bos_token").unwrap_or(kind == "llama");
     let text_of = |id: Option<u32>| {
         id.and_then(|i| tokens.get(i as usize).cloned())
             .unwrap_or_default()
     };
     let mut stop_ids: Vec<u32> = [
         eos,
-        md_u32(ct, "tokenizer.ggml.eot_token_id"),
-        md_u32(ct, "tokenizer.ggml.eom_token_id"),
+        gguf_meta::u32(ct, "tokenizer.ggml.eot_token_id"),
+        gguf_meta::u32(ct, "tokenizer.ggml.eom_token_id"),
     ]
     .into_iter()
     .flatten()

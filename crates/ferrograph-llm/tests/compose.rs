@@ -4,64 +4,26 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use async_trait::async_trait;
+use ferrograph_chat::testing::ScriptedModel;
 use ferrograph_core::message::{Message, Role};
 use ferrograph_llm::prompt::{ChatPrompt, PromptError, PromptTemplate};
 use ferrograph_llm::{
     invoke_all, parallel, ChatModel, ChatModelExt, GenerateOptions, LlmError, RetryPolicy,
-    TokenSink,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type Script = Box<dyn Fn(usize, &[Message]) -> Result<Message, LlmError> + Send + Sync>;
-
-/// A model answering from a script: call number (from 0) and messages to a result.
-struct Scripted {
+/// The shared scripted model, answering from `script(call number from 0, messages)`, and its
+/// call counter.
+fn scripted(
     name: &'static str,
-    calls: Arc<AtomicUsize>,
-    delay: Duration,
-    script: Script,
-}
-
-impl Scripted {
-    fn new(
-        name: &'static str,
-        script: impl Fn(usize, &[Message]) -> Result<Message, LlmError> + Send + Sync + 'static,
-    ) -> (Self, Arc<AtomicUsize>) {
-        let calls = Arc::new(AtomicUsize::new(0));
-        (
-            Scripted {
-                name,
-                calls: calls.clone(),
-                delay: Duration::ZERO,
-                script: Box::new(script),
-            },
-            calls,
-        )
-    }
-}
-
-#[async_trait]
-impl ChatModel for Scripted {
-    fn model_name(&self) -> String {
-        self.name.to_string()
-    }
-
-    async fn invoke(
-        &self,
-        messages: &[Message],
-        _options: &GenerateOptions,
-        _sink: Option<TokenSink>,
-    ) -> Result<Message, LlmError> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
-        (self.script)(n, messages)
-    }
+    script: impl Fn(usize, &[Message]) -> Result<Message, LlmError> + Send + Sync + 'static,
+) -> (ScriptedModel, Arc<AtomicUsize>) {
+    let m = ScriptedModel::new(name, move |c| script(c.index, c.messages));
+    let calls = m.call_counter();
+    (m, calls)
 }
 
 fn fast(attempts: u32) -> RetryPolicy {
@@ -74,7 +36,7 @@ fn ask() -> Vec<Message> {
 
 #[tokio::test]
 async fn retry_stops_after_n_attempts_of_retryable_errors() {
-    let (m, calls) = Scripted::new("m", |_, _| Err(LlmError::rate_limited("busy")));
+    let (m, calls) = scripted("m", |_, _| Err(LlmError::rate_limited("busy")));
     let err = m
         .with_retry(fast(3))
         .invoke(&ask(), &GenerateOptions::default(), None)
@@ -83,7 +45,7 @@ async fn retry_stops_after_n_attempts_of_retryable_errors() {
     assert!(matches!(err, LlmError::RateLimited { .. }), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 
-    let (m, calls) = Scripted::new("m", |n, _| {
+    let (m, calls) = scripted("m", |n, _| {
         if n < 2 {
             Err(LlmError::Timeout(Duration::from_secs(1)))
         } else {
@@ -118,7 +80,7 @@ async fn retry_never_retries_schema_or_validation_errors() {
         },
     ];
     for err in makers {
-        let (m, calls) = Scripted::new("m", move |_, _| Err(err()));
+        let (m, calls) = scripted("m", move |_, _| Err(err()));
         let out = m
             .with_retry(fast(5))
             .invoke(&ask(), &GenerateOptions::default(), None)
@@ -127,7 +89,7 @@ async fn retry_never_retries_schema_or_validation_errors() {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
     // A custom predicate narrows what is retried (only rate limits here), never widens it.
-    let (m, calls) = Scripted::new("m", |_, _| Err(LlmError::Overloaded("queue".into())));
+    let (m, calls) = scripted("m", |_, _| Err(LlmError::Overloaded("queue".into())));
     let policy = fast(5).retry_on(|e| matches!(e, LlmError::RateLimited { .. }));
     assert!(m
         .with_retry(policy)
@@ -145,7 +107,7 @@ struct Verdict {
 
 #[tokio::test]
 async fn structured_output_schema_errors_are_not_retried() {
-    let (m, calls) = Scripted::new("m", |_, _| Ok(Message::ai("not json at all")));
+    let (m, calls) = scripted("m", |_, _| Ok(Message::ai("not json at all")));
     let structured = m.with_retry(fast(4)).with_structured_output::<Verdict>();
     let err = structured
         .invoke(&ask(), &GenerateOptions::default())
@@ -153,10 +115,9 @@ async fn structured_output_schema_errors_are_not_retried() {
         .unwrap_err();
     assert!(matches!(err, LlmError::Schema { .. }), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    // RetryPolicy::run wraps any call, structured ones included: still one attempt.
+    // run_with_retry wraps any call, structured ones included: still one attempt.
     let (msgs, opts) = (ask(), GenerateOptions::default());
-    let err = fast(4)
-        .run(|_| structured.invoke(&msgs, &opts))
+    let err = ferrograph_llm::run_with_retry(&fast(4), |_| structured.invoke(&msgs, &opts))
         .await
         .unwrap_err();
     assert!(matches!(err, LlmError::Schema { .. }));
@@ -165,7 +126,7 @@ async fn structured_output_schema_errors_are_not_retried() {
 
 #[tokio::test]
 async fn retry_honours_retry_after() {
-    let (m, calls) = Scripted::new("m", |n, _| {
+    let (m, calls) = scripted("m", |n, _| {
         if n == 0 {
             Err(LlmError::RateLimited {
                 message: "slow down".into(),
@@ -186,7 +147,7 @@ async fn retry_honours_retry_after() {
     assert_eq!(answer.metadata["attempts"], "2");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     // A Retry-After beyond the policy's patience fails at once (a fallback can take over).
-    let (m, calls) = Scripted::new("m", |_, _| {
+    let (m, calls) = scripted("m", |_, _| {
         Err(LlmError::Unavailable {
             status: 503,
             message: "maintenance".into(),
@@ -231,9 +192,9 @@ fn backoff_is_exponential_capped_and_jittered() {
 
 #[tokio::test]
 async fn fallbacks_run_once_each_after_retries_are_exhausted() {
-    let (primary, p_calls) = Scripted::new("primary", |_, _| Err(LlmError::rate_limited("429")));
-    let (first, f1_calls) = Scripted::new("first", |_, _| Err(LlmError::Overloaded("full".into())));
-    let (second, f2_calls) = Scripted::new("second", |_, _| Ok(Message::ai("from second")));
+    let (primary, p_calls) = scripted("primary", |_, _| Err(LlmError::rate_limited("429")));
+    let (first, f1_calls) = scripted("first", |_, _| Err(LlmError::Overloaded("full".into())));
+    let (second, f2_calls) = scripted("second", |_, _| Ok(Message::ai("from second")));
     let model = primary
         .with_retry(fast(3))
         .boxed()
@@ -250,8 +211,8 @@ async fn fallbacks_run_once_each_after_retries_are_exhausted() {
     assert_eq!(model.model_name(), "primary");
 
     // All fail: the last error comes back, each model tried once (after the retries).
-    let (primary, p_calls) = Scripted::new("primary", |_, _| Err(LlmError::rate_limited("429")));
-    let (backup, b_calls) = Scripted::new("backup", |_, _| {
+    let (primary, p_calls) = scripted("primary", |_, _| Err(LlmError::rate_limited("429")));
+    let (backup, b_calls) = scripted("backup", |_, _| {
         Err(LlmError::Timeout(Duration::from_millis(5)))
     });
     let err = primary
@@ -270,8 +231,8 @@ async fn fallbacks_run_once_each_after_retries_are_exhausted() {
     );
 
     // An invalid request is not handed to the fallback.
-    let (primary, _) = Scripted::new("primary", |_, _| Err(LlmError::Validation("bad".into())));
-    let (backup, b_calls) = Scripted::new("backup", |_, _| Ok(Message::ai("x")));
+    let (primary, _) = scripted("primary", |_, _| Err(LlmError::Validation("bad".into())));
+    let (backup, b_calls) = scripted("backup", |_, _| Ok(Message::ai("x")));
     let err = primary
         .with_fallbacks([backup])
         .invoke(&ask(), &GenerateOptions::default(), None)
@@ -361,13 +322,10 @@ struct Report {
 
 #[tokio::test]
 async fn parallel_sub_calls_merge_into_a_typed_result() {
-    let (m, calls) = Scripted::new("writer", |_, msgs| {
+    let (m, calls) = scripted("writer", |_, msgs| {
         Ok(Message::ai(format!("wrote {}", msgs[0].content)))
     });
-    let m = Arc::new(Scripted {
-        delay: Duration::from_millis(200),
-        ..m
-    });
+    let m = Arc::new(m.with_delay(Duration::from_millis(200)));
     let opts = GenerateOptions::default();
     let write = |topic: &'static str| {
         let m = m.clone();

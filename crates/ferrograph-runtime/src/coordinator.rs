@@ -526,6 +526,7 @@ impl<S: State> RunState<S> {
         let spec = self.args.graph.node(node_idx);
         let (name, task_id) = (spec.name.clone(), slot.task.id.clone());
         let outcome;
+        let mut retry_wait = None;
         let mut new_state = match result {
             TaskResult::Output(out) => {
                 outcome = TaskOutcome::Ok;
@@ -545,14 +546,14 @@ impl<S: State> RunState<S> {
                 SlotState::Interrupted(interrupts)
             }
             TaskResult::Failed(err) => {
-                let will_retry = spec
+                retry_wait = spec
                     .options
                     .retry
                     .as_ref()
-                    .is_some_and(|p| p.should_retry(attempt, &err));
+                    .and_then(|p| p.delay_after(attempt, &err));
                 outcome = TaskOutcome::Error {
                     error: err.to_string(),
-                    will_retry,
+                    will_retry: retry_wait.is_some(),
                 };
                 SlotState::Failed(err)
             }
@@ -570,12 +571,7 @@ impl<S: State> RunState<S> {
         })
         .await;
         self.slots[i].agent = None;
-        if let TaskOutcome::Error {
-            will_retry: true, ..
-        } = outcome
-        {
-            let policy = spec.options.retry.clone().unwrap_or_default();
-            let wait = policy.backoff(attempt);
+        if let Some(wait) = retry_wait {
             tracing::debug!(node = %name, attempt, ?wait, "retrying task");
             self.slots[i].attempt += 1;
             self.slots[i].state = SlotState::Waiting;

@@ -6,18 +6,18 @@
 use async_trait::async_trait;
 use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, Workflow};
+use ferrograph_chat::testing::ScriptedModel;
 use ferrograph_fraud as fraud;
 use ferrograph_fraud::dataset::Dataset;
 use ferrograph_fraud::store::FraudStore;
 use ferrograph_fraud::{
     self, standard_tools, FeatureFlags, FraudSettings, FraudWorkflow, ToolFactory,
 };
-use ferrograph_llm::{ChatModel, GenerateOptions, LlmError, TokenSink};
+use ferrograph_llm::{ChatModel, GenerateOptions, LlmError};
 use ferrograph_tools::{Tool, ToolContext, ToolError, ToolRegistry};
 use serde_json::{json, Value};
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// One generated dataset for the whole test binary (the data cache is per folder).
@@ -68,44 +68,18 @@ async fn workflow(settings: FraudSettings, tools: Option<ToolFactory>) -> FraudW
         .unwrap()
 }
 
-/// A model that answers from a script (or fails when the script says so).
-struct Scripted {
-    answers: Mutex<VecDeque<Result<String, String>>>,
-    asked: Mutex<usize>,
-}
-
-impl Scripted {
-    fn new(answers: Vec<Result<&str, &str>>) -> Arc<Self> {
-        Arc::new(Scripted {
-            answers: Mutex::new(
-                answers
-                    .into_iter()
-                    .map(|a| a.map(str::to_string).map_err(str::to_string))
-                    .collect(),
-            ),
-            asked: Mutex::new(0),
-        })
-    }
-}
-
-#[async_trait]
-impl ChatModel for Scripted {
-    fn model_name(&self) -> String {
-        "scripted".into()
-    }
-    async fn invoke(
-        &self,
-        _messages: &[Message],
-        _options: &GenerateOptions,
-        _sink: Option<TokenSink>,
-    ) -> Result<Message, LlmError> {
-        *self.asked.lock().unwrap() += 1;
-        match self.answers.lock().unwrap().pop_front() {
-            Some(Ok(text)) => Ok(Message::ai(text)),
-            Some(Err(e)) => Err(LlmError::Backend(e)),
-            None => Err(LlmError::Overloaded("script exhausted".into())),
-        }
-    }
+/// The shared scripted model answering from a queue (`Err` strings as backend errors).
+fn scripted(answers: Vec<Result<&str, &str>>) -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::queue(
+        "scripted",
+        answers
+            .into_iter()
+            .map(|a| {
+                a.map(str::to_string)
+                    .map_err(|e| LlmError::Backend(e.into()))
+            })
+            .collect(),
+    ))
 }
 
 fn choice(tool: &str) -> Result<&'static str, &'static str> {
@@ -254,7 +228,7 @@ async fn llm_failure_and_invalid_answers_fall_back_to_the_sequence() {
     let store = tempfile::tempdir().unwrap();
     // The model is asked only where the rules leave a choice: after the context (pattern or
     // similarity first) and after the recommendations (rule draft or COMPLETE).
-    let model = Scripted::new(vec![Err("connection refused"), Ok("this is not json")]);
+    let model = scripted(vec![Err("connection refused"), Ok("this is not json")]);
     let mut s = settings(store.path(), Some(model.clone()));
     s.flags.reasoning_llm_enabled = false;
     let wf = workflow(s, None).await;
@@ -281,13 +255,13 @@ async fn llm_failure_and_invalid_answers_fall_back_to_the_sequence() {
         "{}",
         d[5]
     );
-    assert_eq!(*model.asked.lock().unwrap(), 2);
+    assert_eq!(model.calls(), 2);
 }
 
 #[tokio::test]
 async fn the_model_chooses_only_among_the_steps_the_rules_allow() {
     let store = tempfile::tempdir().unwrap();
-    let model = Scripted::new(vec![choice("similarity_tool"), choice("COMPLETE")]);
+    let model = scripted(vec![choice("similarity_tool"), choice("COMPLETE")]);
     let mut s = settings(store.path(), Some(model.clone()));
     s.flags.reasoning_llm_enabled = false;
     let wf = workflow(s, None).await;
@@ -308,7 +282,7 @@ async fn the_model_chooses_only_among_the_steps_the_rules_allow() {
 async fn a_scripted_planner_breaking_a_safety_rule_is_overruled() {
     let store = tempfile::tempdir().unwrap();
     // A model that ignores its schema: each answer breaks a rule in the state it meets.
-    let model = Scripted::new(vec![choice("reasoning_tool"), choice("wire_money")]);
+    let model = scripted(vec![choice("reasoning_tool"), choice("wire_money")]);
     let mut s = settings(store.path(), Some(model.clone()));
     s.flags.reasoning_llm_enabled = false;
     let wf = workflow(s, None).await;
@@ -333,7 +307,7 @@ async fn a_scripted_planner_breaking_a_safety_rule_is_overruled() {
             "decision {i}: expected `{want}` in `{why}`"
         );
     }
-    assert_eq!(*model.asked.lock().unwrap(), 2);
+    assert_eq!(model.calls(), 2);
 }
 
 /// A tool that sleeps, standing in for a hung dependency.

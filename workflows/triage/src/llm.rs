@@ -8,8 +8,8 @@ use super::state::LlmCall;
 use ferrograph::chat::default_fallback_on;
 use ferrograph::chat::schema_hint;
 use ferrograph::chat::{
-    parse_structured, ChatModel, GenerateOptions, LlmError, ResponseFormat, RetryPolicy, TokenSink,
-    ToolChoice,
+    parse_structured, run_with_retry, ChatModel, GenerateOptions, LlmError, ResponseFormat,
+    RetryPolicy, TokenSink, ToolChoice,
 };
 use ferrograph::core::message::{Message, ToolSpec};
 use schemars::JsonSchema;
@@ -218,19 +218,17 @@ impl AgentLlm {
             }
         };
         let attempts = std::sync::atomic::AtomicU32::new(0);
-        let primary = self
-            .retry
-            .run(|attempt| {
-                attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
-                let (opts, sink) = (&opts, sink.clone());
-                let (add, parse) = (&add, &parse);
-                async move {
-                    let answer = self.primary.invoke(messages, opts, sink).await?;
-                    add(&answer);
-                    parse(&answer)
-                }
-            })
-            .await;
+        let primary = run_with_retry(&self.retry, |attempt| {
+            attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
+            let (opts, sink) = (&opts, sink.clone());
+            let (add, parse) = (&add, &parse);
+            async move {
+                let answer = self.primary.invoke(messages, opts, sink).await?;
+                add(&answer);
+                parse(&answer)
+            }
+        })
+        .await;
         rec.attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
         let result = match primary {
             Ok(v) => Ok(v),

@@ -3,11 +3,11 @@
 //! SmolLM2 over the fixture repository with its planted bug.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use async_trait::async_trait;
 use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, JsonOutcome, Workflow};
+use ferrograph_chat::testing::ScriptedModel;
 use ferrograph_index::{Embedder, HashEmbedder};
-use ferrograph_llm::{ChatModel, GenerateOptions, LlmError, TokenSink};
+use ferrograph_llm::{ChatModel, GenerateOptions};
 use ferrograph_triage::check::{self, CheckContext, Problem};
 use ferrograph_triage::models::Gate;
 use ferrograph_triage::state::agent;
@@ -64,20 +64,27 @@ fn input(out: &Path) -> Value {
     v
 }
 
-/// A model scripted per agent role: each role has a queue of answers (the last one repeats);
-/// `None` in a queue is a garbled answer (not JSON).
-struct Scripted {
+/// The shared scripted model, answering per agent role: each role has a queue of answers
+/// (the last one repeats); `None` in a queue is a garbled answer (not JSON).
+fn scripted_roles(
     name: &'static str,
-    answers: Mutex<HashMap<&'static str, Vec<Option<Message>>>>,
-}
-
-impl Scripted {
-    fn new(name: &'static str, script: Vec<(&'static str, Vec<Option<Message>>)>) -> Self {
-        Scripted {
-            name,
-            answers: Mutex::new(script.into_iter().collect()),
-        }
-    }
+    script: Vec<(&'static str, Vec<Option<Message>>)>,
+) -> ScriptedModel {
+    let answers: Mutex<HashMap<&'static str, Vec<Option<Message>>>> =
+        Mutex::new(script.into_iter().collect());
+    ScriptedModel::new(name, move |call| {
+        let role = role_of(call.messages, call.options);
+        let mut all = answers.lock().unwrap();
+        let queue = all
+            .get_mut(role)
+            .unwrap_or_else(|| panic!("{name}: no script for {role}"));
+        let next = if queue.len() > 1 {
+            queue.remove(0)
+        } else {
+            queue[0].clone()
+        };
+        Ok(next.unwrap_or_else(|| Message::ai("I think the bug is somewhere")))
+    })
 }
 
 fn role_of(messages: &[Message], options: &GenerateOptions) -> &'static str {
@@ -101,31 +108,6 @@ fn role_of(messages: &[Message], options: &GenerateOptions) -> &'static str {
     }
 }
 
-#[async_trait]
-impl ChatModel for Scripted {
-    fn model_name(&self) -> String {
-        self.name.into()
-    }
-    async fn invoke(
-        &self,
-        messages: &[Message],
-        options: &GenerateOptions,
-        _sink: Option<TokenSink>,
-    ) -> Result<Message, LlmError> {
-        let role = role_of(messages, options);
-        let mut all = self.answers.lock().unwrap();
-        let queue = all
-            .get_mut(role)
-            .unwrap_or_else(|| panic!("{}: no script for {role}", self.name));
-        let next = if queue.len() > 1 {
-            queue.remove(0)
-        } else {
-            queue[0].clone()
-        };
-        Ok(next.unwrap_or_else(|| Message::ai("I think the bug is somewhere")))
-    }
-}
-
 fn ai(v: Value) -> Option<Message> {
     Some(Message::ai(v.to_string()))
 }
@@ -141,11 +123,11 @@ fn critique(verdict: &str) -> Option<Message> {
         "summary": "The discounts module is found but the checks do not all hold."}))
 }
 
-fn script(name: &'static str, primary: bool) -> Scripted {
+fn script(name: &'static str, primary: bool) -> ScriptedModel {
     let garbled = None;
     let codebase = ai(json!({"root_cause_location": "nowhere.py:1-2",
         "explanation": "apply_discounts adds the percentages of stacked codes together"}));
-    Scripted::new(
+    scripted_roles(
         name,
         vec![
             // The primary garbles its first hypothesis; the fallback answers.
@@ -299,10 +281,12 @@ async fn scripted_triage_follows_the_critic_and_handles_agent_errors() {
         vec!["ValueError: invoice total cannot be negative: -12.50"],
         "the error line is extracted by code, verbatim"
     );
+    // The last check of the field (the writer writes in the last round).
     let check = |agent: &str, field: &str| {
         s.field_checks
             .iter()
-            .find(|c| c.agent == agent && c.field == field && c.round == 1)
+            .rev()
+            .find(|c| c.agent == agent && c.field == field)
             .unwrap_or_else(|| panic!("no check of {agent}.{field}"))
             .clone()
     };
