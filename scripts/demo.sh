@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export RUSTFLAGS="${RUSTFLAGS:--C target-cpu=native}"
 cargo build --release -p ferrograph-cli
-exec target/release/ferrograph run demo --stream "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/ferrograph" run demo --stream "$@"

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export RUSTFLAGS="${RUSTFLAGS:--C target-cpu=native}"
 cargo build --release -p ferrograph-cli
-bin=target/release/ferrograph
+bin="${CARGO_TARGET_DIR:-target}/release/ferrograph"
 data="${1:-$(mktemp -d)}"
 export FERROGRAPH_DATA_DIR="$data"
 "$bin" fraud gen-data >/dev/null

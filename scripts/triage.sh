@@ -11,4 +11,4 @@ if [ "$#" -eq 0 ]; then
   set -- --issue tests/fixtures/triage/issue.md --repo tests/fixtures/triage/repo \
     --docs tests/fixtures/triage/docs --out triage-report
 fi
-exec target/release/ferrograph run triage "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/ferrograph" run triage "$@"
