@@ -43,6 +43,31 @@ struct Cli {
     command: Command,
 }
 
+/// `run`'s own flags given after the workflow's arguments (`ferrograph run triage --issue F
+/// --quiet`) end up among those arguments: they are taken back, so that their place does not
+/// matter.
+fn hoist_run_flags(command: &mut Command) {
+    if let Command::Run {
+        stream,
+        quiet,
+        args,
+        ..
+    } = command
+    {
+        args.retain(|a| match a.as_str() {
+            "--quiet" | "-q" => {
+                *quiet = true;
+                false
+            }
+            "--stream" => {
+                *stream = true;
+                false
+            }
+            _ => true,
+        });
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs a workflow, printing its events and its final state as JSON.
@@ -947,7 +972,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    hoist_run_flags(&mut cli.command);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FERROGRAPH_LOG")
@@ -980,5 +1006,37 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_flags_after_the_workflow_arguments_still_count() {
+        let mut cli = Cli::parse_from([
+            "ferrograph",
+            "run",
+            "triage",
+            "--issue",
+            "i.md",
+            "--quiet",
+            "--repo",
+            "r",
+            "--stream",
+        ]);
+        hoist_run_flags(&mut cli.command);
+        let Command::Run {
+            quiet,
+            stream,
+            args,
+            ..
+        } = cli.command
+        else {
+            unreachable!("parsed as run")
+        };
+        assert!(quiet && stream);
+        assert_eq!(args, ["--issue", "i.md", "--repo", "r"]);
     }
 }
