@@ -7,6 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A one-off full run gains nothing from incremental caches, which are as large as the build.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+target_dir="${CARGO_TARGET_DIR:-target}"
+
+# Disk is the scarce thing on CI machines (one run ran out during the test build): say how much
+# there is at each stage, so a failure there reads as what it is.
+disk() { echo "   disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target $(du -sh "$target_dir" 2>/dev/null | cut -f1)"; }
+disk
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -20,6 +28,7 @@ bash scripts/setup-llama-server.sh
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+disk
 
 echo "== browser test of the web console (headless chromium)"
 bash scripts/browser-test.sh
@@ -27,5 +36,13 @@ bash scripts/browser-test.sh
 echo "== API fuzzing (schemathesis against /openapi.json)"
 bash scripts/fuzz-api.sh
 
+# FERROGRAPH_TEST_PRUNE=1 (set by .ci/run) drops the debug build before the CUDA check, which
+# builds into its own target directory: nothing after this point uses it.
+if [ "${FERROGRAPH_TEST_PRUNE:-0}" = 1 ]; then
+    rm -rf "$target_dir/debug"
+    disk
+fi
+
 echo "== CUDA build check (nvcc from PyPI; no GPU needed)"
 bash scripts/check-cuda.sh
+disk

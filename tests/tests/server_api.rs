@@ -7,8 +7,10 @@
 use ferrograph::checkpoint_savers::SledSaver;
 use ferrograph::core::stream::NodeEventKind;
 use ferrograph::prelude::*;
+use ferrograph::runtime::{InputPath, PathRoots};
 use ferrograph::CheckpointSaver;
 use ferrograph::{Entry, Registry};
+use ferrograph_server::access::Access;
 use ferrograph_server::{serve, serve_on, AppState, ServeOptions, ServerError};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -28,6 +30,9 @@ struct Chat {
     prompt: String,
     reply: String,
 }
+
+/// The path fields of the `paths` test workflow.
+const PATHS_FIELDS: &[InputPath] = &[InputPath::read("repository"), InputPath::output("out_dir")];
 
 const SCRIPT: &str = "Sure, here is a short answer from the scripted model";
 
@@ -112,6 +117,14 @@ struct Server {
 
 impl Server {
     async fn start(token: Option<&str>, max_body: Option<usize>) -> Server {
+        Server::start_with(token, max_body, None).await
+    }
+
+    async fn start_with(
+        token: Option<&str>,
+        max_body: Option<usize>,
+        access: Option<Access>,
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let saver: Arc<dyn CheckpointSaver> = SledSaver::open(dir.path().join("db")).unwrap();
         let runtime = Runtime::new().await.unwrap();
@@ -131,6 +144,7 @@ impl Server {
                 parse_input: chat_parse,
                 sample_input: chat_sample,
                 parse_args: None,
+                input_paths: &[],
             },
         );
         let slow = runtime
@@ -146,9 +160,26 @@ impl Server {
                 parse_input: slow_parse,
                 sample_input: slow_sample,
                 parse_args: None,
+                input_paths: &[],
+            },
+        );
+        // The review workflow again, declaring two path fields, for the confinement tests.
+        let review = registry.get("review").unwrap().workflow.clone();
+        registry.insert(
+            "paths",
+            Entry {
+                workflow: review,
+                description: "review, with a read path and an output path in its input",
+                parse_input: chat_parse,
+                sample_input: chat_sample,
+                parse_args: None,
+                input_paths: PATHS_FIELDS,
             },
         );
         let mut state = AppState::new(registry, saver, token.map(str::to_string));
+        if let Some(a) = access {
+            state = state.with_access(a);
+        }
         if let Some(m) = max_body {
             state = state.with_max_body_bytes(m);
         }
@@ -381,8 +412,8 @@ async fn review_loop_and_every_thread_route() {
         .iter()
         .map(|w| w["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["chat", "demo", "review", "slow"]);
-    let review = &wf["workflows"][2];
+    assert_eq!(names, ["chat", "demo", "paths", "review", "slow"]);
+    let review = &wf["workflows"][3];
     assert!(review["mermaid"].as_str().unwrap().contains("human_review"));
     assert!(review["nodes"]
         .as_array()
@@ -426,13 +457,13 @@ async fn review_loop_and_every_thread_route() {
         (r.status, r.code()),
         (StatusCode::NOT_FOUND, "workflow_not_found".into())
     );
-    let r = http
-        .post(
-            "/threads",
-            json!({"workflow": "review", "thread_id": "a/b c"}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    for bad in ["a/b c", ".", "..", ".hidden", "", "x/../y"] {
+        let r = http
+            .post("/threads", json!({"workflow": "review", "thread_id": bad}))
+            .await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}");
+        assert_eq!(r.json()["error"]["code"], "invalid_thread_id", "{bad:?}");
+    }
     let r = http.get("/threads?status=idle").await.json();
     assert_eq!(r["total"], 2);
     let r = http.get("/threads/review-1/state").await.json();
@@ -1038,5 +1069,251 @@ async fn the_console_is_served_without_external_resources() {
         .to_str()
         .unwrap()
         .starts_with("text/css"));
+    server.shutdown().await;
+}
+
+/// Sends `req` with extra headers and returns status and body.
+async fn send_with(
+    http: &Http,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Resp {
+    let mut b = http.request(method, path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    http.send(b.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_hosts_cross_origin_pages_and_bodies_that_are_not_json_are_refused() {
+    let server = Server::start(None, None).await;
+    let http = Http::new(&server.base, None);
+    let host = server.base.trim_start_matches("http://").to_string();
+    let body = r#"{"workflow": "review"}"#;
+    let json_ct = ("content-type", "application/json");
+
+    // A DNS-rebinding page reaches the loopback server under its own name.
+    let r = send_with(
+        &http,
+        Method::POST,
+        "/threads",
+        &[json_ct, ("host", "evil.example:8420")],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.json()["error"]["code"], "host_not_allowed");
+    let r = send_with(
+        &http,
+        Method::GET,
+        "/threads",
+        &[("host", "evil.example")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+    // A cross-site page: refused, and nothing was created.
+    let r = send_with(
+        &http,
+        Method::POST,
+        "/threads",
+        &[json_ct, ("origin", "http://evil.example")],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.json()["error"]["code"], "origin_not_allowed");
+    assert!(r.headers.get("access-control-allow-origin").is_none());
+    // Forms and plain text, which pages send without a preflight, are not JSON: 415.
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let mut h = vec![];
+        if let Some(c) = ct {
+            h.push(("content-type", c));
+        }
+        let r = send_with(&http, Method::POST, "/threads", &h, body).await;
+        assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct:?}");
+        assert_eq!(r.json()["error"]["code"], "unsupported_media_type");
+    }
+    assert_eq!(http.get("/threads").await.json()["total"], 0);
+
+    // The server's own page (the console) and clients without Origin are served.
+    let own = format!("http://{host}");
+    let r = send_with(
+        &http,
+        Method::POST,
+        "/threads",
+        &[json_ct, ("origin", own.as_str())],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let r = send_with(
+        &http,
+        Method::POST,
+        "/threads",
+        &[json_ct, ("host", "localhost:1")],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    // An empty body needs no content type.
+    let id = r.json()["thread_id"].as_str().unwrap().to_string();
+    let r = send_with(
+        &http,
+        Method::POST,
+        &format!("/threads/{id}/state"),
+        &[],
+        "",
+    )
+    .await;
+    assert_ne!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    server.shutdown().await;
+
+    // A configured origin and host name are allowed, with CORS headers for the origin.
+    let access = Access {
+        allowed_origins: vec!["https://app.example".into()],
+        allowed_hosts: vec!["ferro.lan".into()],
+        ..Access::default()
+    };
+    let server = Server::start_with(None, None, Some(access)).await;
+    let http = Http::new(&server.base, None);
+    let pre = send_with(
+        &http,
+        Method::OPTIONS,
+        "/threads",
+        &[
+            ("origin", "https://app.example"),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-headers", "content-type"),
+        ],
+        "",
+    )
+    .await;
+    assert!(pre.status.is_success(), "{}", pre.status);
+    assert_eq!(
+        pre.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let r = send_with(
+        &http,
+        Method::POST,
+        "/threads",
+        &[
+            json_ct,
+            ("origin", "https://app.example"),
+            ("host", "ferro.lan:8420"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(
+        r.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let r = send_with(
+        &http,
+        Method::POST,
+        "/threads",
+        &[json_ct, ("origin", "https://other.example")],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_in_client_input_stay_inside_the_configured_roots() {
+    let t = tempfile::tempdir().unwrap();
+    let ws = t.path().join("ws");
+    std::fs::create_dir_all(ws.join("project")).unwrap();
+    std::fs::create_dir_all(t.path().join("secret")).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(t.path().join("secret"), ws.join("escape")).unwrap();
+    let data = t.path().join("data");
+    let roots = PathRoots::new([ws.clone()], &data).unwrap();
+
+    // Without roots (the default), clients name no path at all.
+    let server = Server::start(None, None).await;
+    let http = Http::new(&server.base, None);
+    let id = create(&http, "paths", Some("p0")).await;
+    let r = http
+        .post(
+            &format!("/threads/{id}/runs"),
+            json!({"input": {"repository": ws.display().to_string()}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.json()["error"]["code"], "path_not_allowed");
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--workspace"));
+    server.shutdown().await;
+
+    let access = Access {
+        roots: Some(roots),
+        ..Access::default()
+    };
+    let server = Server::start_with(None, None, Some(access)).await;
+    let http = Http::new(&server.base, None);
+    let id = create(&http, "paths", Some("p1")).await;
+    let secret = t.path().join("secret").display().to_string();
+    let created = t
+        .path()
+        .join("secret")
+        .join("made-by-server")
+        .display()
+        .to_string();
+    for input in [
+        json!({"repository": secret}),
+        json!({"repository": "/"}),
+        json!({"repository": "../secret"}),
+        json!({"repository": "escape"}),
+        json!({"out_dir": created}),
+        json!({"out_dir": "../secret/made-by-server"}),
+        json!({"out_dir": "/tmp"}),
+    ] {
+        let r = http
+            .post(&format!("/threads/{id}/runs"), json!({"input": input}))
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{input}: {}", r.json());
+        assert_eq!(r.json()["error"]["code"], "path_not_allowed");
+        let r = http
+            .post(&format!("/threads/{id}/state"), json!({"values": input}))
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "state update {input}");
+    }
+    assert!(!t.path().join("secret/made-by-server").exists());
+    let r = http
+        .post(
+            &format!("/threads/{id}/runs"),
+            json!({"input": {"repository": "missing"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(r.json()["error"]["code"], "path_not_found");
+    // Paths inside the roots pass the fence (the review graph then refuses the unknown
+    // fields itself).
+    for input in [
+        json!({"repository": "project"}),
+        json!({"out_dir": "runs/p1"}),
+    ] {
+        let r = http
+            .post(&format!("/threads/{id}/runs"), json!({"input": input}))
+            .await;
+        assert_ne!(r.status, StatusCode::FORBIDDEN, "{input}");
+        assert_ne!(r.json()["error"]["code"], "path_not_found");
+    }
     server.shutdown().await;
 }

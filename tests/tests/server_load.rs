@@ -8,7 +8,7 @@
 use ferrograph::checkpoint_savers::SledSaver;
 use ferrograph::prelude::*;
 use ferrograph::CheckpointSaver;
-use ferrograph_server::{serve_on, AppState};
+use ferrograph_server::{serve_on, AppState, ConnectionLimits};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
@@ -59,7 +59,12 @@ async fn a_thousand_concurrent_review_threads_lose_no_run() {
     let registry = ferrograph_basics::registry(&runtime, saver.clone())
         .await
         .unwrap();
-    let state = AppState::new(registry, saver, None);
+    // A thousand clients at once: above the default connection cap (512), which is not what
+    // this test is about.
+    let state = AppState::new(registry, saver, None).with_connection_limits(ConnectionLimits {
+        max_connections: 2 * THREADS,
+        ..ConnectionLimits::default()
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

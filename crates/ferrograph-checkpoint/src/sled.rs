@@ -336,6 +336,43 @@ impl SledSaver {
             .map_err(|e| backend("could not read the database size", e))
     }
 
+    /// The batch of pending writes for the step after `checkpoint_id`, keyed in the order
+    /// written, and its size in bytes.
+    fn writes_batch(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+        writes: &[PendingWrite],
+    ) -> Result<(sled::Batch, usize), CheckpointError> {
+        no_nul("thread", thread_id)?;
+        no_nul("checkpoint", checkpoint_id)?;
+        let prefix = writes_prefix(thread_id, checkpoint_id);
+        let mut batch = sled::Batch::default();
+        let mut bytes = 0usize;
+        for w in writes {
+            let seq = self
+                .db
+                .generate_id()
+                .map_err(|e| backend("could not number a pending write", e))?;
+            let mut key = prefix.clone();
+            key.extend_from_slice(&seq.to_be_bytes());
+            let value = encode_value(thread_id, checkpoint_id, w)?;
+            bytes += key.len() + value.len();
+            batch.insert(key, value);
+        }
+        Ok((batch, bytes))
+    }
+
+    fn count_writes(&self, n: usize, bytes: usize) {
+        self.counters
+            .pending_writes
+            .fetch_add(n as u64, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.written.fetch_add(1, Ordering::AcqRel);
+    }
+
     fn wrote(&self, key: &[u8], value: &[u8]) {
         self.counters
             .bytes_written
@@ -437,35 +474,44 @@ impl CheckpointSaver for SledSaver {
         checkpoint_id: &str,
         writes: Vec<PendingWrite>,
     ) -> Result<(), CheckpointError> {
-        no_nul("thread", thread_id)?;
-        no_nul("checkpoint", checkpoint_id)?;
         if writes.is_empty() {
             return Ok(());
         }
-        let prefix = writes_prefix(thread_id, checkpoint_id);
-        let mut batch = sled::Batch::default();
-        let mut bytes = 0usize;
-        for w in &writes {
-            let seq = self
-                .db
-                .generate_id()
-                .map_err(|e| backend("could not number a pending write", e))?;
-            let mut key = prefix.clone();
-            key.extend_from_slice(&seq.to_be_bytes());
-            let value = encode_value(thread_id, checkpoint_id, w)?;
-            bytes += key.len() + value.len();
-            batch.insert(key, value);
-        }
+        let (batch, bytes) = self.writes_batch(thread_id, checkpoint_id, &writes)?;
         self.writes
             .apply_batch(batch)
             .map_err(|e| backend("could not store pending writes", e))?;
-        self.counters
-            .pending_writes
-            .fetch_add(writes.len() as u64, Ordering::Relaxed);
-        self.counters
-            .bytes_written
-            .fetch_add(bytes as u64, Ordering::Relaxed);
-        self.written.fetch_add(1, Ordering::AcqRel);
+        self.count_writes(writes.len(), bytes);
+        Ok(())
+    }
+
+    async fn put_writes_and_thread(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+        writes: Vec<PendingWrite>,
+        info: ThreadInfo,
+    ) -> Result<(), CheckpointError> {
+        no_nul("thread", &info.thread_id)?;
+        let (batch, bytes) = self.writes_batch(thread_id, checkpoint_id, &writes)?;
+        let record = encode_value(&info.thread_id, THREAD_RECORD, &info)?;
+        let key = info.thread_id.as_bytes();
+        let result: Result<(), TransactionError<()>> =
+            (&self.writes, &self.threads).transaction(|(w, t)| {
+                w.apply_batch(&batch)?;
+                t.insert(key, record.as_slice())?;
+                Ok::<(), ConflictableTransactionError<()>>(())
+            });
+        result.map_err(|e| match e {
+            TransactionError::Storage(e) => backend("could not store writes and thread record", e),
+            TransactionError::Abort(()) => CheckpointError::Backend {
+                message: "writes-and-record transaction aborted".into(),
+                source: None,
+            },
+        })?;
+        self.count_writes(writes.len(), bytes);
+        self.counters.thread_records.fetch_add(1, Ordering::Relaxed);
+        self.wrote(key, &record);
         Ok(())
     }
 

@@ -90,9 +90,15 @@ pub fn default_data_dir() -> PathBuf {
     }
 }
 
-fn seconds(v: f64, what: &str) -> Result<Duration> {
+/// `v` seconds as a duration: positive, finite and at most a year, or an error naming `what`.
+pub(crate) fn seconds(v: f64, what: &str) -> Result<Duration> {
     if !v.is_finite() || v <= 0.0 {
         anyhow::bail!("{what} must be a positive number of seconds, got {v}");
+    }
+    // Bounded so that no deadline computed from it can overflow (`1e20` used to panic).
+    const YEAR: f64 = 365.0 * 86_400.0;
+    if v > YEAR {
+        anyhow::bail!("{what} must be at most a year ({YEAR} seconds), got {v}");
     }
     Ok(Duration::from_secs_f64(v))
 }
@@ -172,5 +178,22 @@ impl Config {
     /// Where the checkpoint database lives.
     pub fn checkpoint_dir(&self) -> PathBuf {
         self.data_dir.join("checkpoints")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_out_of_range_are_errors_that_name_the_value() {
+        for bad in [1e20, 1e300, f64::INFINITY, f64::NAN, 0.0, -1.0, 3.2e7] {
+            let e = seconds(bad, "max runtime").unwrap_err().to_string();
+            assert!(e.contains("max runtime"), "{bad}: {e}");
+        }
+        assert_eq!(
+            seconds(1.5, "tool timeout").unwrap(),
+            Duration::from_millis(1500)
+        );
     }
 }

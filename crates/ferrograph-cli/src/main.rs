@@ -20,7 +20,8 @@ use ferrograph::checkpoint_savers::SledSaver;
 use ferrograph::runtime::{JsonInput, JsonOutcome};
 use ferrograph::Registry;
 use ferrograph::{
-    CheckpointSaver, Resume, RunConfig, RunError, Runtime, StreamMode, StreamModes, ThreadStatus,
+    CheckpointSaver, Resume, RunConfig, RunError, Runtime, StreamMode, StreamModes, ThreadInfo,
+    ThreadStatus,
 };
 use serde_json::{json, Value};
 use std::io::Read;
@@ -112,6 +113,29 @@ enum Command {
         /// Largest request body in bytes.
         #[arg(long, default_value_t = 1 << 20)]
         max_body_bytes: usize,
+        /// A folder whose contents API clients may name as input (repositories, datasets);
+        /// repeatable. Without one, clients can name no folder to read. Client-named output
+        /// folders must lie under the data directory.
+        #[arg(long = "workspace", value_name = "DIR")]
+        workspaces: Vec<std::path::PathBuf>,
+        /// A host name accepted in the `Host` header besides IP addresses and `localhost`
+        /// (a name this server is reached by); repeatable.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_hosts: Vec<String>,
+        /// An origin (`https://app.example:3000`) whose web pages may call the API
+        /// cross-origin; repeatable; `*` allows any page.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
+        /// Seconds a request's header may take to arrive in full (slow clients are cut off).
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        header_timeout: f64,
+        /// Seconds a connection may sit with no request and no traffic before it is closed.
+        #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+        idle_timeout: f64,
+        /// Most client connections at once; one more is answered 503.
+        #[arg(long, value_name = "N", default_value_t = 512,
+              value_parser = clap::value_parser!(u32).range(1..=65_536))]
+        max_connections: u32,
     },
     /// Benchmarks.
     Bench {
@@ -228,7 +252,8 @@ struct ResumeArgs {
 enum ThreadsCommand {
     /// Lists threads.
     List {
-        /// Only threads with this status: interrupted, running, done or failed.
+        /// Only threads with this status: interrupted, running, orphaned (recorded as running,
+        /// but the process that ran them has ended), done or failed.
         #[arg(long)]
         status: Option<String>,
     },
@@ -355,7 +380,7 @@ impl App {
         let saver = SledSaver::open(config.checkpoint_dir())
             .with_context(|| format!("opening {}", config.checkpoint_dir().display()))?;
         let runtime = Runtime::new().await?;
-        let settings = workflow_settings(&config);
+        let settings = workflow_settings(&config)?;
         let registry = builtin_registry(&runtime, saver.clone(), &settings).await?;
         Ok(App {
             config,
@@ -470,7 +495,7 @@ async fn builtin_registry(
     Ok(r)
 }
 
-fn workflow_settings(config: &Config) -> ferrograph::WorkflowSettings {
+fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
     let lookup = |name: &str| {
         std::env::var(name)
             .ok()
@@ -486,18 +511,60 @@ fn workflow_settings(config: &Config) -> ferrograph::WorkflowSettings {
                 }
             })
     };
-    let llm = match ferrograph_llm::Provider::from_lookup(lookup)
-        .and_then(|p| ferrograph_llm::chat_model_from_config(&p))
-    {
+    // `none` asks for no chat model: every model-driven step takes its deterministic path.
+    let none = |v: Option<String>| v.is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    if none(lookup("FERROGRAPH_DEFAULT_MODEL")) || none(std::env::var("FERROGRAPH_MODEL").ok()) {
+        return Ok(ferrograph::WorkflowSettings {
+            data_dir: config.data_dir.clone(),
+            max_steps: config
+                .max_steps_set
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            run_timeout: config.run_timeout,
+            tool_timeout: config.tool_timeout,
+            llm: None,
+            fallback_llm: None,
+        });
+    }
+    let provider = ferrograph_llm::Provider::from_lookup(lookup);
+    // A model the user named (a path, a manifest name, FERROGRAPH_MODEL, a remote server)
+    // that cannot be used is an error: runs used to "complete" on fallbacks with exit 0.
+    // Only the default model may be absent (it is fetched when a command needs it).
+    let named = match &provider {
+        Ok(ferrograph_llm::Provider::Local { model: None, .. }) => {
+            std::env::var("FERROGRAPH_MODEL")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| format!("FERROGRAPH_MODEL={v}"))
+        }
+        Ok(ferrograph_llm::Provider::Local { model: Some(m), .. }) => Some(m.clone()),
+        Ok(ferrograph_llm::Provider::Remote(r)) => Some(r.base_url.clone()),
+        Ok(_) | Err(_) => Some("the model configuration".into()),
+    };
+    let llm = match provider.and_then(|p| ferrograph_llm::chat_model_from_config(&p)) {
         Ok(model) => Some(model),
-        Err(e) => {
-            tracing::warn!(
-                "no chat model: {e}; model-driven steps use their deterministic fallbacks"
-            );
-            None
+        Err(e) => match named {
+            Some(what) => anyhow::bail!("the configured chat model ({what}) cannot be used: {e}"),
+            None => {
+                tracing::warn!(
+                    "no chat model: {e}; model-driven steps use their deterministic fallbacks"
+                );
+                None
+            }
+        },
+    };
+    let fallback_llm = match &config.fallback_model {
+        None => None,
+        Some(name) => {
+            let local = |n: &str| (n == "FERROGRAPH_DEFAULT_MODEL").then(|| name.clone());
+            let model = ferrograph_llm::Provider::from_lookup(local)
+                .and_then(|p| ferrograph_llm::chat_model_from_config(&p))
+                .with_context(|| {
+                    format!("the configured fallback model `{name}` cannot be used")
+                })?;
+            Some(model)
         }
     };
-    ferrograph::WorkflowSettings {
+    Ok(ferrograph::WorkflowSettings {
         data_dir: config.data_dir.clone(),
         max_steps: config
             .max_steps_set
@@ -505,14 +572,8 @@ fn workflow_settings(config: &Config) -> ferrograph::WorkflowSettings {
         run_timeout: config.run_timeout,
         tool_timeout: config.tool_timeout,
         llm,
-        fallback_llm: config.fallback_model.as_ref().and_then(|name| {
-            let local = |n: &str| (n == "FERROGRAPH_DEFAULT_MODEL").then(|| name.clone());
-            ferrograph_llm::Provider::from_lookup(local)
-                .and_then(|p| ferrograph_llm::chat_model_from_config(&p))
-                .map_err(|e| tracing::warn!("fallback model {name}: {e}"))
-                .ok()
-        }),
-    }
+        fallback_llm,
+    })
 }
 
 fn read_input(path: &str) -> Result<String> {
@@ -542,24 +603,51 @@ fn resume_value(c: &ResumeChoice) -> Result<Option<Value>> {
 async fn threads(app: &App, what: ThreadsCommand) -> Result<ExitCode> {
     match what {
         ThreadsCommand::List { status } => {
-            let status = status
-                .map(|s| s.parse::<ThreadStatus>().map_err(anyhow::Error::msg))
-                .transpose()?;
-            let list = app.saver.list_threads(status).await?;
+            // This process holds the store, so it runs none of the threads it lists: a thread
+            // recorded as running whose process has ended is orphaned.
+            let orphaned = |t: &ThreadInfo| ferrograph::runtime::owner::is_orphaned(t, false);
+            let (status, only_orphaned) = match status.as_deref() {
+                Some("orphaned") => (Some(ThreadStatus::Running), Some(true)),
+                Some("running") => (Some(ThreadStatus::Running), Some(false)),
+                Some(s) => (
+                    Some(s.parse::<ThreadStatus>().map_err(anyhow::Error::msg)?),
+                    None,
+                ),
+                None => (None, None),
+            };
+            let list: Vec<ThreadInfo> = app
+                .saver
+                .list_threads(status)
+                .await?
+                .into_iter()
+                .filter(|t| only_orphaned.is_none_or(|want| orphaned(t) == want))
+                .collect();
             print::line(format!(
                 "{:<34} {:<10} {:<12} {:>10}  interrupts",
                 "thread", "workflow", "status", "updated"
             ));
-            for t in list {
+            let mut any_orphaned = false;
+            for t in &list {
                 let age = ferrograph::core::id::now_millis().saturating_sub(t.updated_at_ms) / 1000;
+                let status = if orphaned(t) {
+                    any_orphaned = true;
+                    "orphaned"
+                } else {
+                    t.status.as_str()
+                };
                 print::line(format!(
                     "{:<34} {:<10} {:<12} {:>9}s  {}",
                     t.thread_id,
                     t.graph,
-                    t.status.as_str(),
+                    status,
                     age,
                     t.interrupts.len()
                 ));
+            }
+            if any_orphaned {
+                print::line(
+                    "orphaned: the process that ran it ended mid-run; `ferrograph resume THREAD` continues it from its last checkpoint",
+                );
             }
         }
         ThreadsCommand::Show { id } => {
@@ -570,9 +658,19 @@ async fn threads(app: &App, what: ThreadsCommand) -> Result<ExitCode> {
                 .ok_or_else(|| RunError::ThreadNotFound(id.clone()))?;
             let entry = app.entry(&info.graph)?;
             let state = entry.workflow.get_state(&id, None).await?;
-            print::line(serde_json::to_string_pretty(
-                &json!({ "thread": info, "state": state }),
-            )?);
+            let orphaned = ferrograph::runtime::owner::is_orphaned(&info, false);
+            let owner = ferrograph::runtime::RunOwner::of(&info);
+            print::line(serde_json::to_string_pretty(&json!({
+                "thread": info,
+                "orphaned": orphaned,
+                "owner": owner.map(|o| json!({
+                    "host": o.host, "pid": o.pid, "liveness": format!("{:?}", o.liveness()).to_lowercase(),
+                })),
+                "hint": orphaned.then(|| format!(
+                    "the process that ran it ended mid-run; `ferrograph resume {id}` continues it from its last checkpoint"
+                )),
+                "state": state,
+            }))?);
         }
         ThreadsCommand::History { id } => {
             let info = app
@@ -939,6 +1037,12 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             bind,
             token_env,
             max_body_bytes,
+            workspaces,
+            allow_hosts,
+            allow_origins,
+            header_timeout,
+            idle_timeout,
+            max_connections,
         } => {
             let token = match token_env {
                 Some(var) => Some(
@@ -953,6 +1057,15 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 bind,
                 token,
                 max_body_bytes,
+                workspace_roots: workspaces,
+                output_root: Some(app.config.data_dir.clone()),
+                allowed_hosts: allow_hosts,
+                allowed_origins: allow_origins,
+                limits: ferrograph_server::ConnectionLimits {
+                    header_read_timeout: config::seconds(header_timeout, "--header-timeout")?,
+                    idle_timeout: config::seconds(idle_timeout, "--idle-timeout")?,
+                    max_connections: usize::try_from(max_connections)?,
+                },
             };
             let runtime = app.runtime.clone();
             let shutdown = async move {
@@ -971,6 +1084,24 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Most async worker threads `FERROGRAPH_WORKER_THREADS` may ask for.
+const MAX_WORKER_THREADS: usize = 1024;
+
+/// Reads `FERROGRAPH_WORKER_THREADS`: unset or empty is the default (one per core), `0` a
+/// single-threaded runtime, `1..=1024` that many workers; anything else is an error that names
+/// the value (it used to be ignored, and `100000` aborted the process).
+fn worker_threads(value: Option<String>) -> Result<Option<usize>, String> {
+    let Some(v) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_WORKER_THREADS => Ok(Some(n)),
+        _ => Err(format!(
+            "FERROGRAPH_WORKER_THREADS must be a whole number from 0 (one thread) to {MAX_WORKER_THREADS}, got `{v}`"
+        )),
+    }
+}
+
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     hoist_run_flags(&mut cli.command);
@@ -981,10 +1112,14 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut builder = match std::env::var("FERROGRAPH_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    let workers = match worker_threads(std::env::var("FERROGRAPH_WORKER_THREADS").ok()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut builder = match workers {
         Some(0) => tokio::runtime::Builder::new_current_thread(),
         Some(n) => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -1012,6 +1147,18 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_threads_are_checked() {
+        assert_eq!(worker_threads(None), Ok(None));
+        assert_eq!(worker_threads(Some(" ".into())), Ok(None));
+        assert_eq!(worker_threads(Some("0".into())), Ok(Some(0)));
+        assert_eq!(worker_threads(Some("4".into())), Ok(Some(4)));
+        for bad in ["abc", "-1", "100000", "1.5"] {
+            let e = worker_threads(Some(bad.into())).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
 
     #[test]
     fn run_flags_after_the_workflow_arguments_still_count() {

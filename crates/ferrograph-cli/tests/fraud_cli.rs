@@ -13,7 +13,7 @@ fn cmd(data: &std::path::Path) -> Command {
         .env_remove("FERROGRAPH_MAX_STEPS")
         .env_remove("FERROGRAPH_MAX_RUNTIME_SECONDS")
         // No model: the planner and the reasoning tool take their deterministic paths.
-        .env("FERROGRAPH_MODEL", data.join("no-such-model.gguf"));
+        .env("FERROGRAPH_MODEL", "none");
     c
 }
 
@@ -88,6 +88,23 @@ fn sigkill_mid_investigation_then_resume_completes_without_rerunning_tools() {
         serde_json::from_value(v["state"]["values"]["completed_steps"].clone()).unwrap();
     assert!(before.len() >= 3 && before.len() <= 4, "{before:?}");
     let first_exec = v["state"]["values"]["tool_executions"][0].clone();
+    // Its process is gone: shown as orphaned, with the command that continues it, not as
+    // running forever.
+    assert_eq!(v["thread"]["status"], "running");
+    assert_eq!(v["orphaned"], true, "{v}");
+    assert_eq!(v["owner"]["liveness"], "gone", "{v}");
+    assert!(v["hint"]
+        .as_str()
+        .unwrap()
+        .contains("ferrograph resume inv-kill"));
+    let out = run(dir.path(), &["threads", "list", "--status", "orphaned"]);
+    let listed = text(&out);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("inv-kill") && l.contains("orphaned")),
+        "{listed}"
+    );
 
     // Resume in a new process: it completes, and the finished tools did not run again.
     let out = run(dir.path(), &["resume", "inv-kill"]);
@@ -126,6 +143,8 @@ fn sigkill_mid_investigation_then_resume_completes_without_rerunning_tools() {
     assert_eq!(shown["tool_log"].as_array().unwrap().len(), 6);
     let out = run(dir.path(), &["fraud", "list"]);
     assert!(text(&out).contains("inv-kill"));
+    let out = run(dir.path(), &["threads", "list", "--status", "orphaned"]);
+    assert!(!text(&out).contains("inv-kill"), "{}", text(&out));
 }
 
 #[test]
@@ -141,4 +160,63 @@ fn fraud_arguments_are_checked() {
     let out = run(dir.path(), &["run", "demo", "--transaction", "x"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("takes no arguments"), "{}", text(&out));
+
+    // A transaction the dataset does not hold fails the run, names the id, and leaves no
+    // stored investigation or audit entry behind.
+    let out = run(
+        dir.path(),
+        &[
+            "run",
+            "fraud",
+            "--thread",
+            "inv-nope",
+            "--transaction",
+            "TX-NOPE",
+        ],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("unknown transaction `TX-NOPE`"),
+        "{}",
+        text(&out)
+    );
+    let out = run(dir.path(), &["fraud", "list"]);
+    assert!(!text(&out).contains("inv-nope"), "{}", text(&out));
+
+    // A named data folder that does not exist is an error, and is not created.
+    let missing = dir.path().join("no-such-data");
+    let out = run(
+        dir.path(),
+        &[
+            "run",
+            "fraud",
+            "--transaction",
+            "TX-000001",
+            "--data",
+            missing.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("no-such-data"), "{}", text(&out));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn a_configured_model_that_cannot_be_used_fails_the_command_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-model.gguf");
+    let not_gguf = dir.path().join("notes.gguf");
+    std::fs::write(&not_gguf, "this is not a model").unwrap();
+    for (model, says) in [
+        (missing.display().to_string(), "no-such-model.gguf"),
+        (not_gguf.display().to_string(), "not a GGUF"),
+    ] {
+        let out = cmd(dir.path())
+            .env("FERROGRAPH_MODEL", &model)
+            .args(["run", "fraud", "--transaction", "TX-1"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{model}: {}", text(&out));
+        assert!(text(&out).contains(says), "{model}: {}", text(&out));
+    }
 }

@@ -733,6 +733,21 @@ pub trait CheckpointSaver: Send + Sync + 'static {
     /// Creates or replaces a thread record.
     async fn put_thread(&self, info: ThreadInfo) -> Result<(), CheckpointError>;
 
+    /// Stores pending writes and the thread's record together: after a crash either both are
+    /// there or neither. A resume uses it, so that a thread never shows an interrupt as
+    /// waiting while its checkpoint already holds the answer. The default writes one after
+    /// the other (enough for savers that lose everything in a crash anyway).
+    async fn put_writes_and_thread(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+        writes: Vec<PendingWrite>,
+        info: ThreadInfo,
+    ) -> Result<(), CheckpointError> {
+        self.put_writes(thread_id, checkpoint_id, writes).await?;
+        self.put_thread(info).await
+    }
+
     /// A thread record.
     async fn get_thread(&self, thread_id: &str) -> Result<Option<ThreadInfo>, CheckpointError>;
 

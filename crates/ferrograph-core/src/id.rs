@@ -4,6 +4,48 @@ use rand::RngCore;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Longest thread id, in bytes.
+pub const MAX_THREAD_ID: usize = 128;
+
+/// A thread id (or another caller-chosen id used as a key or a path component) that breaks
+/// the rule of [`check_thread_id`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid id `{shown}`: {reason}")]
+pub struct InvalidId {
+    /// The id, escaped and shortened for messages.
+    pub shown: String,
+    /// Which part of the rule it breaks.
+    pub reason: &'static str,
+}
+
+/// The one rule for caller-chosen ids, on every surface (HTTP, CLI, the runtime): 1 to
+/// [`MAX_THREAD_ID`] bytes of `A-Z a-z 0-9 - _ . :`, not starting with a dot. Ids become path
+/// components (a run's output folder) and key prefixes, so `.`, `..`, `/` and hidden names are
+/// out, and since no id contains `/`, `id/` is never a prefix of another id's keys.
+pub fn check_thread_id(id: &str) -> Result<(), InvalidId> {
+    let reason = if id.is_empty() {
+        Some("it is empty")
+    } else if id.len() > MAX_THREAD_ID {
+        Some("it is longer than 128 bytes")
+    } else if id.starts_with('.') {
+        Some("it starts with a dot")
+    } else if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+    {
+        Some("only A-Z a-z 0-9 - _ . : are allowed")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(InvalidId {
+            shown: id.chars().take(64).flat_map(char::escape_debug).collect(),
+            reason,
+        }),
+    }
+}
+
 /// A fresh random identifier: 32 lowercase hex characters.
 pub fn random_id() -> String {
     let mut bytes = [0u8; 16];
@@ -130,6 +172,29 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_ids_follow_one_rule() {
+        for ok in ["w1", "job-0", "a.b", "ns:thread_9", &"x".repeat(128)] {
+            assert_eq!(check_thread_id(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "../x",
+            "a b",
+            "a\0b",
+            "é",
+            &"x".repeat(129),
+        ] {
+            assert!(check_thread_id(bad).is_err(), "{bad}");
+        }
+        let e = check_thread_id("a\nb/..").unwrap_err().to_string();
+        assert!(e.contains("only A-Z"), "{e}");
+    }
 
     const GOLDEN: &str = "b07189e925272fbc7edb95719334a401";
 

@@ -15,6 +15,17 @@ pub enum IndexError {
         #[source]
         source: sled::Error,
     },
+    /// The index's store stayed locked: another process has it open (or a handle in this
+    /// one was not closed).
+    #[error(
+        "the index store {path} is locked by another process (waited {waited:?}); close the other ferrograph using it"
+    )]
+    Locked {
+        /// The store's folder.
+        path: PathBuf,
+        /// How long opening waited.
+        waited: std::time::Duration,
+    },
     /// Reading or writing a file failed.
     #[error("io error on {path}: {source}")]
     Io {

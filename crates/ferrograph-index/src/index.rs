@@ -13,6 +13,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Version of the store layout.
 const STORE_FORMAT: u32 = 1;
@@ -240,6 +241,42 @@ impl std::fmt::Debug for Index {
     }
 }
 
+/// How long opening an index waits for the file lock of a handle that is still closing.
+///
+/// sled releases its exclusive lock on `db` only when the last of its internal references is
+/// gone, and some of those live in its thread pool and epoch-deferred garbage for a moment
+/// after the last `Db` handle is dropped: on a busy machine an `Index::open` right after
+/// `drop(index)` found the lock still held (about 1 run in 6 of the crash test). Another
+/// process holding the index still gets a clear [`IndexError::Locked`] after this wait.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens the sled database at `path`, waiting up to [`LOCK_WAIT`] for a closing handle.
+fn open_sled(path: &Path) -> Result<sled::Db> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match sled::Config::new().path(path).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if Instant::now() >= deadline {
+                    return Err(IndexError::Locked {
+                        path: path.to_path_buf(),
+                        waited: LOCK_WAIT,
+                    });
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(source) => {
+                return Err(IndexError::Store {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
 fn key(id: u64) -> [u8; 8] {
     id.to_be_bytes()
 }
@@ -294,7 +331,7 @@ impl Index {
             path: dbp.clone(),
             source,
         };
-        let db = sled::Config::new().path(&dbp).open().map_err(err)?;
+        let db = open_sled(&dbp)?;
         let t = |n: &str| db.open_tree(n).map_err(err);
         let trees = [
             t("meta")?,
@@ -304,6 +341,14 @@ impl Index {
             t("docs")?,
         ];
         Ok((db, trees))
+    }
+
+    /// Flushes and closes the index. Dropping it does the same without reporting a failed
+    /// flush; either way, opening the same folder again right after waits (up to
+    /// [`LOCK_WAIT`]) for sled's own background work to let go of the file lock.
+    pub fn close(self) -> Result<()> {
+        self.db.flush().map_err(|e| self.store_err(e))?;
+        Ok(())
     }
 
     /// Creates an empty index in `dir` (created if missing). Fails with

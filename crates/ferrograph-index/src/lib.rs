@@ -52,6 +52,7 @@ pub use embed::{
 pub use error::{IndexError, Result};
 pub use index::{
     is_index, CommitReport, GraphSource, HnswParams, Index, IndexConfig, IndexStats, SearchOptions,
+    LOCK_WAIT,
 };
 pub use lexical::{code_tokens, reciprocal_rank_fusion, CodeTokenizer, LexicalIndex};
 pub use retriever::{PerFilter, Query, Retriever};

@@ -160,8 +160,11 @@ impl RemoteConfig {
     }
 }
 
+/// A timeout in seconds from configuration; non-positive or non-finite values fall back to
+/// `default`, and values beyond a year are taken as a year (`1e300` used to panic).
 fn secs(v: Option<f64>, default: f64) -> Duration {
-    Duration::from_secs_f64(v.filter(|v| v.is_finite() && *v > 0.0).unwrap_or(default))
+    let v = v.filter(|v| v.is_finite() && *v > 0.0).unwrap_or(default);
+    Duration::from_secs_f64(v.clamp(0.0, 365.0 * 86_400.0))
 }
 
 /// Which chat model a workflow uses.
@@ -281,6 +284,26 @@ fn local_model_path(model: Option<&str>) -> Result<PathBuf, LlmError> {
     }
 }
 
+/// Refuses a file that is not a GGUF model (its first four bytes are `GGUF`), when it is
+/// configured rather than on the first call, where it used to end up as a run that
+/// "completed" on fallbacks.
+fn check_gguf(path: &Path) -> Result<(), LlmError> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic));
+    match read {
+        Ok(()) if &magic == b"GGUF" => Ok(()),
+        Ok(()) => Err(LlmError::Config(format!(
+            "{} is not a GGUF model (it does not start with `GGUF`)",
+            path.display()
+        ))),
+        Err(e) => Err(LlmError::Config(format!(
+            "{} cannot be read as a GGUF model: {e}",
+            path.display()
+        ))),
+    }
+}
+
 /// The chat model `provider` describes: a [`LocalChatModel`] (loaded lazily on the first
 /// call) or, with the `remote` feature, a [`RemoteChatModel`](crate::remote::RemoteChatModel).
 /// Without the feature a remote provider is [`LlmError::Config`].
@@ -288,6 +311,7 @@ pub fn chat_model_from_config(provider: &Provider) -> Result<Arc<dyn ChatModel>,
     match provider {
         Provider::Local { model, device } => {
             let path = local_model_path(model.as_deref())?;
+            check_gguf(&path)?;
             let load = LoadOptions {
                 device: *device,
                 ..LoadOptions::default()

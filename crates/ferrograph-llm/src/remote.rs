@@ -594,7 +594,9 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     };
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1e3));
+            // A server's header must not be able to panic us (`Duration` overflows past
+            // ~5.8e11 years): capped at a day, like `retry-after`.
+            return Some(Duration::from_secs_f64((ms / 1e3).min(86_400.0)));
         }
     }
     let secs = get("retry-after")?.parse::<f64>().ok()?;

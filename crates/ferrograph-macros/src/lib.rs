@@ -251,7 +251,9 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
         #[doc = #update_doc]
         #[derive(::core::clone::Clone, ::core::default::Default, ::core::fmt::Debug,
                  #core::__private::serde::Serialize, #core::__private::serde::Deserialize)]
-        #[serde(crate = #serde_path)]
+        // Unknown fields are refused, not dropped: an input with a misspelt field would
+        // otherwise run without it.
+        #[serde(crate = #serde_path, deny_unknown_fields)]
         #vis struct #update_name {
             #(#update_fields,)*
         }

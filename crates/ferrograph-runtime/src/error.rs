@@ -77,6 +77,9 @@ pub enum RunError {
     /// The input (or an update) does not fit the graph's state.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A thread id breaks the id rule (`ferrograph_core::id::check_thread_id`).
+    #[error("invalid thread id: {0}")]
+    InvalidThreadId(#[from] ferrograph_core::id::InvalidId),
     /// The runtime is shutting down and accepts no new runs.
     #[error("the runtime is shutting down")]
     ShuttingDown,

@@ -6,10 +6,12 @@
 //! supervision and restarts.
 
 mod config;
+pub mod confine;
 mod coordinator;
 mod erased;
 mod error;
 mod events;
+pub mod owner;
 mod pool;
 pub mod registry;
 mod runner;
@@ -18,11 +20,13 @@ mod subgraph;
 mod writer;
 
 pub use config::{Durability, RestartIntensity, RunConfig, RuntimeConfig};
+pub use confine::{InputPath, PathError, PathRole, PathRoots};
 pub use erased::{
     event_json, outcome_json, JsonEvent, JsonInput, JsonOutcome, JsonRun, JsonSnapshot, Workflow,
     WorkflowInfo,
 };
 pub use error::RunError;
+pub use owner::{Liveness, RunOwner};
 pub use registry::{Entry, MetricsFn, ParseArgs, Registry, RegistryError};
 pub use runner::{GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, StateSnapshot};
 pub use runtime::Runtime;

@@ -24,6 +24,10 @@ pub struct Entry {
     /// Reads workflow-specific command-line arguments (`ferrograph run NAME ARGS…`) into the
     /// input; `None` when the workflow takes none.
     pub parse_args: Option<ParseArgs>,
+    /// The input fields that name paths on the machine that runs the workflow. The HTTP
+    /// server confines them to its configured roots ([`crate::PathRoots`]); the CLI, run by
+    /// the machine's own user, passes them through.
+    pub input_paths: &'static [crate::InputPath],
 }
 
 /// Reads workflow-specific command-line arguments into the input.

@@ -289,6 +289,9 @@ impl<S: State> GraphRunner<S> {
     ) -> Result<Outcome<S>, RunError> {
         let rt = &self.runtime.inner;
         let thread = config.thread_id.clone();
+        if let Some(t) = &thread {
+            ferrograph_core::id::check_thread_id(t)?;
+        }
         let guard = rt.begin_run(thread.as_deref()).await?;
         let saver = match (&self.saver, &thread) {
             (Some(s), Some(_)) => Some(s.clone()),
@@ -386,24 +389,42 @@ impl<S: State> GraphRunner<S> {
                     });
                 };
                 let writes = self.resume_writes(&thread_name, &pending, resume)?;
-                for w in &writes {
-                    if writer.is_on() {
-                        writer
-                            .put_writes(&thread_name, &b.checkpoint_id, vec![w.clone()])
-                            .await?;
+                if writer.is_on() {
+                    // The answers and the record that stops showing the interrupt as waiting
+                    // are written together: a crash between them used to leave a thread whose
+                    // record asked for an answer that its checkpoint already held.
+                    match thread_info.as_mut() {
+                        Some(info) => {
+                            mark_running(info);
+                            writer
+                                .put_writes_and_thread(
+                                    &thread_name,
+                                    &b.checkpoint_id,
+                                    writes.clone(),
+                                    info.clone(),
+                                )
+                                .await?;
+                        }
+                        None => {
+                            writer
+                                .put_writes(&thread_name, &b.checkpoint_id, writes.clone())
+                                .await?;
+                        }
                     }
                 }
                 pending.extend(writes);
                 b
             }
         };
-        // The input is valid: only now is the thread marked as running.
+        // The input is valid: only now is the thread marked as running (a resume did so with
+        // its answers).
         if let (Some(s), Some(info)) = (&saver, thread_info.as_mut()) {
-            info.status = ferrograph_core::ThreadStatus::Running;
-            info.error = None;
-            info.interrupts.clear();
-            info.updated_at_ms = ferrograph_core::id::now_millis();
-            s.put_thread(info.clone()).await?;
+            let owned_here = crate::owner::RunOwner::of(info).as_ref()
+                == Some(crate::owner::RunOwner::this_process());
+            if info.status != ferrograph_core::ThreadStatus::Running || !owned_here {
+                mark_running(info);
+                s.put_thread(info.clone()).await?;
+            }
         }
         let (done, rx) = oneshot::channel();
         let args = RunArgs {
@@ -555,6 +576,7 @@ impl<S: State> GraphRunner<S> {
         update: S::Update,
         as_node: Option<&str>,
     ) -> Result<String, RunError> {
+        ferrograph_core::id::check_thread_id(thread)?;
         let saver = self.saver()?;
         let guard = self.runtime.inner.begin_run(Some(thread)).await?;
         let loaded = load_checkpoint::<S>(saver.as_ref(), thread, None)
@@ -642,6 +664,7 @@ impl<S: State> GraphRunner<S> {
         checkpoint_id: &str,
         new_thread: &str,
     ) -> Result<String, RunError> {
+        ferrograph_core::id::check_thread_id(new_thread)?;
         let saver = self.saver()?;
         if saver.get(new_thread, None).await?.is_some() {
             return Err(RunError::ThreadBusy(new_thread.to_string()));
@@ -669,4 +692,13 @@ impl<S: State> GraphRunner<S> {
         saver.flush().await?;
         Ok(frame.checkpoint_id)
     }
+}
+
+/// Marks a thread record as running (its input or answers were accepted).
+fn mark_running(info: &mut ThreadInfo) {
+    info.status = ferrograph_core::ThreadStatus::Running;
+    crate::owner::claim(info);
+    info.error = None;
+    info.interrupts.clear();
+    info.updated_at_ms = ferrograph_core::id::now_millis();
 }

@@ -4,6 +4,7 @@ use crate::config::Durability;
 use ferrograph_core::checkpoint::{
     CheckpointError, CheckpointRecord, CheckpointSaver, PendingWrite,
 };
+use ferrograph_core::ThreadInfo;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -11,6 +12,7 @@ use tokio::task::JoinHandle;
 pub(crate) enum Op {
     Put(CheckpointRecord),
     Writes(String, String, Vec<PendingWrite>),
+    WritesAndThread(String, String, Vec<PendingWrite>, Box<ThreadInfo>),
 }
 
 /// Checkpoint writer of one run.
@@ -32,6 +34,7 @@ async fn apply(saver: &dyn CheckpointSaver, op: Op) -> Result<(), CheckpointErro
     match op {
         Op::Put(r) => saver.put(r).await,
         Op::Writes(t, c, w) => saver.put_writes(&t, &c, w).await,
+        Op::WritesAndThread(t, c, w, info) => saver.put_writes_and_thread(&t, &c, w, *info).await,
     }
 }
 
@@ -136,6 +139,22 @@ impl Writer {
     ) -> Result<(), CheckpointError> {
         self.submit(Op::Writes(thread.into(), checkpoint.into(), writes), true)
             .await
+    }
+
+    /// Writes a resume's answers together with the thread's new record (see
+    /// `CheckpointSaver::put_writes_and_thread`).
+    pub(crate) async fn put_writes_and_thread(
+        &mut self,
+        thread: &str,
+        checkpoint: &str,
+        writes: Vec<PendingWrite>,
+        info: ThreadInfo,
+    ) -> Result<(), CheckpointError> {
+        self.submit(
+            Op::WritesAndThread(thread.into(), checkpoint.into(), writes, Box::new(info)),
+            true,
+        )
+        .await
     }
 
     /// Makes everything durable (end of run).

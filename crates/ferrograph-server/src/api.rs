@@ -9,7 +9,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use ferrograph::runtime::{JsonInput, Workflow};
+use ferrograph::runtime::{Entry, JsonInput, Workflow};
 use ferrograph::{Resume, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -34,21 +34,17 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/threads/{id}/events", get(thread_events))
 }
 
-const MAX_THREAD_ID: usize = 128;
-
 fn check_thread_id(id: &str) -> Result<(), ApiError> {
-    let ok = !id.is_empty()
-        && id.len() <= MAX_THREAD_ID
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_body(format!(
-            "thread_id must be 1 to {MAX_THREAD_ID} characters of A-Z a-z 0-9 - _ . :"
-        )))
-    }
+    ferrograph::core::id::check_thread_id(id).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_thread_id",
+            format!(
+                "{e} (thread ids are 1 to {} characters of A-Z a-z 0-9 - _ . : and do not start with a dot)",
+                ferrograph::core::id::MAX_THREAD_ID
+            ),
+        )
+    })
 }
 
 /// The status shown for a thread: `idle` for a thread created through the API that has not run
@@ -57,6 +53,10 @@ fn view_status(info: &ThreadInfo, active: bool) -> &'static str {
     if active {
         // A run is in progress here; the stored record catches up once its input is accepted.
         "running"
+    } else if ferrograph::runtime::owner::is_orphaned(info, false) {
+        // Recorded as running, but no run of this server (the only process that can hold the
+        // store) is on it: its process ended mid-run. A run with no input continues it.
+        "orphaned"
     } else if info.status == ThreadStatus::Done && info.last_checkpoint_id.is_none() {
         "idle"
     } else {
@@ -77,26 +77,88 @@ fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
         "error": info.error,
         "interrupts": info.interrupts,
         "metadata": info.metadata,
+        "hint": (view_status(info, active) == "orphaned").then(|| format!(
+            "the process running this thread ended mid-run; POST /threads/{}/runs with no input (or `ferrograph resume {}`) continues it from its last checkpoint",
+            info.thread_id, info.thread_id
+        )),
     })
 }
 
+/// The thread's record, made to agree with its newest checkpoint. A record that says the
+/// thread waits for an answer, or runs, while no run of this server is on it is checked
+/// against the checkpoint: its open interrupts are what is waiting (a crash can come between
+/// the checkpoint and the record), and with none open the thread was cut off mid-run. A
+/// corrected record is written back, so the two agree from then on.
+async fn reconcile(state: &AppState, mut info: ThreadInfo) -> ThreadInfo {
+    let claims = matches!(
+        info.status,
+        ThreadStatus::Interrupted | ThreadStatus::Running
+    );
+    if !claims || state.is_active(&info.thread_id) {
+        return info;
+    }
+    let Ok(wf) = workflow_of(state, &info) else {
+        return info;
+    };
+    let Ok(snap) = wf.get_state(&info.thread_id, None).await else {
+        return info;
+    };
+    let (status, interrupts) = if snap.interrupts.is_empty() {
+        (ThreadStatus::Running, Vec::new())
+    } else {
+        (ThreadStatus::Interrupted, snap.interrupts)
+    };
+    let ids = |v: &[ferrograph::Interrupt]| v.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
+    if status == info.status && ids(&interrupts) == ids(&info.interrupts) {
+        return info;
+    }
+    tracing::warn!(
+        thread = %info.thread_id,
+        recorded = %info.status,
+        derived = %status,
+        "the thread record disagreed with its checkpoint; corrected from the checkpoint"
+    );
+    info.status = status;
+    info.interrupts = interrupts;
+    if !snap.checkpoint_id.is_empty() {
+        info.last_checkpoint_id = Some(snap.checkpoint_id);
+    }
+    let saver = &state.inner.saver;
+    if let Ok(guard) = state.claim(&info.thread_id) {
+        let written = match saver.put_thread(info.clone()).await {
+            Ok(()) => saver.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::error!(thread = %info.thread_id, error = %e, "could not correct the thread record");
+        }
+        drop(guard);
+    }
+    info
+}
+
 async fn load_thread(state: &AppState, id: &str) -> Result<ThreadInfo, ApiError> {
-    state
+    let info = state
         .inner
         .saver
         .get_thread(id)
         .await?
-        .ok_or_else(|| ApiError::thread_not_found(id))
+        .ok_or_else(|| ApiError::thread_not_found(id))?;
+    Ok(reconcile(state, info).await)
 }
 
 fn workflow_of(state: &AppState, info: &ThreadInfo) -> Result<Arc<dyn Workflow>, ApiError> {
+    entry_of(state, info).map(|e| e.workflow.clone())
+}
+
+fn entry_of<'a>(state: &'a AppState, info: &ThreadInfo) -> Result<&'a Entry, ApiError> {
     let reg = &state.inner.registry;
     if let Some(e) = reg.get(&info.graph) {
-        return Ok(e.workflow.clone());
+        return Ok(e);
     }
     reg.iter()
         .find(|(_, e)| e.workflow.info().name == info.graph)
-        .map(|(_, e)| e.workflow.clone())
+        .map(|(_, e)| e)
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::CONFLICT,
@@ -208,6 +270,9 @@ async fn create_thread(
     info.status = ThreadStatus::Done;
     info.metadata = body.metadata;
     saver.put_thread(info.clone()).await?;
+    // Acknowledged means durable: a 201 for a thread that a crash then loses would let a
+    // client act on a thread that does not exist.
+    saver.flush().await?;
     let mut resp = (StatusCode::CREATED, Json(thread_view(&state, &info))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/threads/{id}")) {
         resp.headers_mut().insert(header::LOCATION, loc);
@@ -232,6 +297,7 @@ async fn list_threads(
     let wanted_view: Option<&str> = match q.status.as_deref() {
         None | Some("") => None,
         Some("idle") => Some("idle"),
+        Some("orphaned") => Some("orphaned"),
         Some(s) => {
             let st: ThreadStatus = s
                 .parse()
@@ -247,7 +313,10 @@ async fn list_threads(
             .filter(|n| *n >= 1)
             .ok_or_else(|| bad(format!("limit must be a positive integer, not `{l}`")))?,
     };
-    let mut records = state.inner.saver.list_threads(None).await?;
+    let mut records = Vec::new();
+    for r in state.inner.saver.list_threads(None).await? {
+        records.push(reconcile(&state, r).await);
+    }
     records.retain(|r| {
         wanted_view.is_none_or(|w| view_status(r, state.is_active(&r.thread_id)) == w)
             && q.workflow
@@ -282,6 +351,8 @@ async fn delete_thread(
 ) -> Result<StatusCode, ApiError> {
     let guard = state.claim(&id)?;
     let existed = state.inner.saver.delete_thread(&id).await?;
+    // A 204 promises the thread stays gone after a crash.
+    state.inner.saver.flush().await?;
     drop(guard);
     if !existed {
         return Err(ApiError::thread_not_found(&id));
@@ -351,10 +422,16 @@ async fn update_state(
     ApiJson(body): ApiJson<UpdateState>,
 ) -> Result<Json<Value>, ApiError> {
     let info = load_thread(&state, &id).await?;
-    let wf = workflow_of(&state, &info)?;
+    let entry = entry_of(&state, &info)?;
+    let wf = entry.workflow.clone();
+    let mut body = body;
     if !body.values.is_object() {
         return Err(ApiError::invalid_body("`values` must be an object"));
     }
+    state
+        .inner
+        .access
+        .confine(entry.input_paths, &mut body.values)?;
     if let Some(node) = &body.as_node {
         if !wf.info().nodes.iter().any(|n| n == node) {
             return Err(ApiError::new(
@@ -454,7 +531,8 @@ async fn create_run(
     ApiJson(body): ApiJson<RunRequest>,
 ) -> Result<Response, ApiError> {
     let info = load_thread(&state, &id).await?;
-    let wf = workflow_of(&state, &info)?;
+    let entry = entry_of(&state, &info)?;
+    let wf = entry.workflow.clone();
     let input = match (body.input, body.command) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid_body(
@@ -462,7 +540,7 @@ async fn create_run(
             ))
         }
         (Some(Value::Null), None) | (None, None) => JsonInput::Continue,
-        (Some(v), None) => {
+        (Some(mut v), None) => {
             if !v.is_object() {
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -470,6 +548,7 @@ async fn create_run(
                     "`input` must be an object (an update of the workflow's state)",
                 ));
             }
+            state.inner.access.confine(entry.input_paths, &mut v)?;
             JsonInput::Update(v)
         }
         (None, Some(c)) => JsonInput::Resume(resume_of(c.resume, &info)),

@@ -128,6 +128,7 @@ impl From<RunError> for ApiError {
             RunError::UnknownInterrupt { .. } => (S::UNPROCESSABLE_ENTITY, "unknown_interrupt"),
             RunError::AmbiguousResume { .. } => (S::UNPROCESSABLE_ENTITY, "ambiguous_resume"),
             RunError::InvalidInput(_) => (S::UNPROCESSABLE_ENTITY, "invalid_input"),
+            RunError::InvalidThreadId(_) => (S::UNPROCESSABLE_ENTITY, "invalid_thread_id"),
             RunError::Node { source, .. } => match source {
                 NodeError::BadResume { .. } => (S::UNPROCESSABLE_ENTITY, "bad_resume"),
                 NodeError::Panicked(_) | NodeError::AgentLost(_) => {
@@ -154,10 +155,10 @@ impl From<RunError> for ApiError {
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
 
-fn is_json_content_type(headers: &HeaderMap) -> bool {
-    match headers.get(header::CONTENT_TYPE) {
-        None => true,
-        Some(v) => v.to_str().is_ok_and(|s| {
+/// `Some(true)` for a JSON content type, `Some(false)` for another, `None` when absent.
+fn json_content_type(headers: &HeaderMap) -> Option<bool> {
+    headers.get(header::CONTENT_TYPE).map(|v| {
+        v.to_str().is_ok_and(|s| {
             let mime = s
                 .split(';')
                 .next()
@@ -166,8 +167,8 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
                 .to_ascii_lowercase();
             mime == "application/json"
                 || (mime.starts_with("application/") && mime.ends_with("+json"))
-        }),
-    }
+        })
+    })
 }
 
 impl<T, S> FromRequest<S> for ApiJson<T>
@@ -178,12 +179,18 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if !is_json_content_type(req.headers()) {
-            return Err(ApiError::new(
+        // A body needs `Content-Type: application/json`: web pages can send forms and plain
+        // text to any server without asking, but not JSON. Only an empty body may omit it.
+        let content_type = json_content_type(req.headers());
+        let unsupported = || {
+            ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
                 "the request body must be JSON (Content-Type: application/json)",
-            ));
+            )
+        };
+        if content_type == Some(false) {
+            return Err(unsupported());
         }
         let bytes =
             axum::body::Bytes::from_request(req, state)
@@ -201,6 +208,8 @@ where
                 })?;
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
+        } else if content_type.is_none() {
+            return Err(unsupported());
         } else {
             &bytes
         };

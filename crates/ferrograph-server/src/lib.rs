@@ -16,16 +16,26 @@
 //! token, and when a token is set every route except `/healthz` and the console's static files
 //! requires `Authorization: Bearer <token>`.
 //!
+//! Requests from web pages are fenced (see [`access`]): the `Host` header must be an IP
+//! address, `localhost` or a configured name (a DNS-rebinding page sends its own name), a
+//! request with an `Origin` other than the server's own is refused unless that origin is
+//! configured (and then answered with CORS headers), and request bodies must be JSON
+//! (`415` otherwise). Paths in a workflow's input are confined to the server's configured
+//! roots ([`ferrograph::runtime::PathRoots`]).
+//!
 //! For tests and embedding, build an [`AppState`] and either call [`router`] or [`serve_on`]
 //! with a listener bound to port 0.
 
+pub mod access;
 mod api;
+mod conn;
 mod console;
 mod error;
 mod metrics;
 mod openapi;
 mod runs;
 
+pub use conn::ConnectionLimits;
 pub use error::{ApiError, ApiJson};
 
 use axum::extract::{Request, State};
@@ -56,6 +66,19 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// Folders whose contents API clients may name as workflow input (a repository to triage,
+    /// a dataset); none by default, so clients can name no folder to read.
+    pub workspace_roots: Vec<std::path::PathBuf>,
+    /// The folder under which API clients may name output folders (created if missing);
+    /// `None` refuses every client-chosen output path.
+    pub output_root: Option<std::path::PathBuf>,
+    /// Host names accepted in the `Host` header besides IP addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) of web pages allowed to call the API cross-origin;
+    /// `*` allows any.
+    pub allowed_origins: Vec<String>,
+    /// Header-read and idle timeouts and the connection cap.
+    pub limits: ConnectionLimits,
 }
 
 impl Default for ServeOptions {
@@ -64,6 +87,11 @@ impl Default for ServeOptions {
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, DEFAULT_PORT)),
             token: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            workspace_roots: Vec::new(),
+            output_root: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -78,6 +106,9 @@ pub enum ServerError {
     /// The socket could not be bound or served.
     #[error("server IO failed: {0}")]
     Io(#[from] std::io::Error),
+    /// A configured workspace or output root cannot be used.
+    #[error("cannot use the configured folder: {0}")]
+    Roots(#[source] std::io::Error),
 }
 
 /// One event of a thread's live stream.
@@ -94,6 +125,8 @@ pub(crate) struct Inner {
     pub(crate) saver: Arc<dyn CheckpointSaver>,
     pub(crate) token: Option<String>,
     pub(crate) max_body_bytes: usize,
+    pub(crate) access: access::Access,
+    pub(crate) limits: ConnectionLimits,
     pub(crate) metrics: metrics::Metrics,
     /// Live event channels, by thread.
     pub(crate) live: Mutex<HashMap<String, broadcast::Sender<Arc<LiveEvent>>>>,
@@ -122,6 +155,8 @@ impl AppState {
                 saver,
                 token: token.filter(|t| !t.is_empty()),
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                access: access::Access::default(),
+                limits: ConnectionLimits::default(),
                 metrics: metrics::Metrics::new(),
                 live: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashSet::new()),
@@ -133,15 +168,33 @@ impl AppState {
     /// Sets the largest accepted request body (413 above it). Call before [`router`].
     #[must_use]
     pub fn with_max_body_bytes(self, max: usize) -> Self {
+        self.configure(|inner| inner.max_body_bytes = max)
+    }
+
+    /// Sets who may call and which paths clients may name (see [`access::Access`]). Call
+    /// before [`router`].
+    #[must_use]
+    pub fn with_access(self, access: access::Access) -> Self {
+        self.configure(|inner| inner.access = access)
+    }
+
+    /// Sets the header-read and idle timeouts and the connection cap that [`serve_on`]
+    /// applies.
+    #[must_use]
+    pub fn with_connection_limits(self, limits: ConnectionLimits) -> Self {
+        self.configure(|inner| inner.limits = limits)
+    }
+
+    fn configure(self, f: impl FnOnce(&mut Inner)) -> Self {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
-                inner.max_body_bytes = max;
+                f(&mut inner);
                 AppState {
                     inner: Arc::new(inner),
                 }
             }
             Err(inner) => {
-                tracing::warn!("with_max_body_bytes called on a shared AppState; ignored");
+                tracing::warn!("AppState configured after it was shared; ignored");
                 AppState { inner }
             }
         }
@@ -171,6 +224,11 @@ pub fn router(state: AppState) -> axum::Router {
         .merge(console::routes())
         .fallback(|| async { ApiError::from_status(StatusCode::NOT_FOUND) })
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::fence,
+        ))
+        .layer(state.inner.access.cors())
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(max))
         .layer(axum::middleware::map_response(error::json_errors))
@@ -258,7 +316,28 @@ pub async fn serve(
     if !options.bind.ip().is_loopback() && token.is_none() {
         return Err(ServerError::TokenRequired(options.bind));
     }
-    let state = AppState::new(registry, saver, token).with_max_body_bytes(options.max_body_bytes);
+    let roots = match &options.output_root {
+        Some(out) => Some(
+            ferrograph::runtime::PathRoots::new(options.workspace_roots.clone(), out)
+                .map_err(ServerError::Roots)?,
+        ),
+        None if !options.workspace_roots.is_empty() => {
+            return Err(ServerError::Roots(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "workspace roots need an output root",
+            )))
+        }
+        None => None,
+    };
+    let access = access::Access {
+        roots,
+        allowed_hosts: options.allowed_hosts.clone(),
+        allowed_origins: options.allowed_origins.clone(),
+    };
+    let state = AppState::new(registry, saver, token)
+        .with_max_body_bytes(options.max_body_bytes)
+        .with_access(access)
+        .with_connection_limits(options.limits);
     let listener = tokio::net::TcpListener::bind(options.bind).await?;
     serve_on(listener, state, shutdown).await
 }
@@ -278,12 +357,10 @@ pub async fn serve_on(
     tracing::info!(%addr, auth = state.requires_token(), "serving the ferrograph API and console");
     let app = router(state.clone());
     let closer = state.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: ending event streams");
-            closer.close_streams();
-        })
-        .await?;
+    conn::serve(listener, app, state.inner.limits, shutdown, move || {
+        tracing::info!("shutting down: ending event streams");
+        closer.close_streams();
+    })
+    .await?;
     Ok(())
 }

@@ -36,6 +36,9 @@ fn with_common(mut responses: Value) -> Value {
     if let Some(map) = responses.as_object_mut() {
         map.entry("401")
             .or_insert_with(|| err("A bearer token is required and missing or wrong."));
+        map.entry("403").or_insert_with(|| {
+            err("`host_not_allowed`: the `Host` header names neither an IP address, `localhost` nor a configured host; `origin_not_allowed`: a cross-origin page that is not configured; `path_not_allowed`: a path in the input lies outside the server's workspace or output roots.")
+        });
     }
     responses
 }
@@ -98,7 +101,7 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                     "summary": "Thread records, most recently updated first.",
                     "parameters": [
                         { "name": "status", "in": "query", "required": false,
-                          "schema": { "type": "string", "enum": ["idle", "running", "interrupted", "done", "failed"] } },
+                          "schema": { "type": "string", "enum": ["idle", "running", "orphaned", "interrupted", "done", "failed"] } },
                         { "name": "workflow", "in": "query", "required": false, "schema": { "type": "string" } },
                         { "name": "limit", "in": "query", "required": false,
                           "schema": { "type": "integer", "minimum": 1, "maximum": 100000 } }
@@ -299,14 +302,15 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                     "properties": {
                         "thread_id": { "type": "string" },
                         "workflow": { "type": "string" },
-                        "status": { "type": "string", "enum": ["idle", "running", "interrupted", "done", "failed"] },
+                        "status": { "type": "string", "enum": ["idle", "running", "orphaned", "interrupted", "done", "failed"] },
                         "active": { "type": "boolean", "description": "A run is in progress through this server." },
                         "created_at_ms": { "type": "integer" },
                         "updated_at_ms": { "type": "integer" },
                         "last_checkpoint_id": { "type": "string", "nullable": true },
                         "error": { "type": "string", "nullable": true },
                         "interrupts": { "type": "array", "items": { "$ref": "#/components/schemas/Interrupt" } },
-                        "metadata": { "type": "object", "additionalProperties": { "type": "string" } }
+                        "metadata": { "type": "object", "additionalProperties": { "type": "string" } },
+                        "hint": { "type": "string", "nullable": true, "description": "What to do with an orphaned thread (its process ended mid-run)." }
                     }
                 },
                 "ThreadList": {

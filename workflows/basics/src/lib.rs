@@ -32,6 +32,7 @@ pub async fn register(
             parse_input: demo::parse_input,
             sample_input: demo::sample_input,
             parse_args: None,
+            input_paths: &[],
         },
     );
     let review = runtime
@@ -46,6 +47,7 @@ pub async fn register(
             parse_input: review::parse_input,
             sample_input: review::sample_input,
             parse_args: None,
+            input_paths: &[],
         },
     );
     Ok(())

@@ -112,6 +112,11 @@ impl Shared {
 
     fn registry(&self, s: &Investigation) -> Result<ToolRegistry, NodeError> {
         let dir = self.data_dir(s);
+        // Only the default folder is generated on first use; a folder the input names must
+        // hold a dataset already.
+        if !s.data_dir.is_empty() && !dir.is_dir() {
+            return Err(missing_data_dir(&dir));
+        }
         if let Some(r) = self
             .registries
             .lock()
@@ -126,6 +131,13 @@ impl Shared {
         }
         Ok(r)
     }
+}
+
+fn missing_data_dir(dir: &Path) -> NodeError {
+    NodeError::fatal(format!(
+        "the data folder {} does not exist (write a dataset there with `ferrograph fraud gen-data --out DIR`)",
+        dir.display()
+    ))
 }
 
 /// How the tool registry is made for a dataset folder (tests swap tools in).
@@ -219,6 +231,20 @@ async fn planner_node(
             upd = upd.investigation_id(id);
         }
         if s.started_at.is_empty() {
+            // An investigation of a transaction the dataset does not hold would "complete"
+            // with an audit entry about nothing: refuse it before any step.
+            let dir = sh.data_dir(&view);
+            if !s.data_dir.is_empty() && !dir.is_dir() {
+                return Err(missing_data_dir(&dir));
+            }
+            let data = data::FraudData::open(&dir).map_err(|e| NodeError::fatal(e.to_string()))?;
+            if data.dataset.transaction(&s.transaction_id).is_none() {
+                return Err(NodeError::fatal(format!(
+                    "unknown transaction `{}`: the dataset in {} has no such id (`ferrograph fraud cases` lists some)",
+                    s.transaction_id,
+                    dir.display()
+                )));
+            }
             view.started_at = time::now_iso();
             upd = upd.started_at(view.started_at.clone());
         }
@@ -620,6 +646,13 @@ pub fn parse_args(args: &[String]) -> Result<Value, String> {
             "--data" => {
                 let v = it.next().ok_or("--data needs a folder")?;
                 let p = std::path::absolute(v).unwrap_or_else(|_| PathBuf::from(v));
+                // A named folder is read, never made: `--data /missing` used to create and
+                // fill it.
+                if !p.is_dir() {
+                    return Err(format!(
+                        "--data {v}: no such folder (write a dataset there with `ferrograph fraud gen-data --out {v}`)"
+                    ));
+                }
                 input.insert("data_dir".into(), json!(p.display().to_string()));
             }
             "--no-llm" => {
@@ -642,6 +675,10 @@ pub fn parse_args(args: &[String]) -> Result<Value, String> {
     Ok(Value::Object(input))
 }
 
+/// The input fields that name paths: the dataset folder, read (it must exist).
+pub const INPUT_PATHS: &[ferrograph::runtime::InputPath] =
+    &[ferrograph::runtime::InputPath::read("data_dir")];
+
 /// Loads the fraud workflow (configured by `settings`, with the standard tools) into
 /// `runtime` with `saver` as its checkpointer, and adds it and its metrics to `registry`.
 pub async fn register(
@@ -661,6 +698,7 @@ pub async fn register(
             parse_input,
             sample_input,
             parse_args: Some(parse_args),
+            input_paths: INPUT_PATHS,
         },
     );
     registry.add_metrics(Arc::new(metrics::render));

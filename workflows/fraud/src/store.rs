@@ -23,6 +23,10 @@ pub enum StoreError {
         #[source]
         source: sled::Error,
     },
+    /// An investigation id breaks the id rule: ids key rows as `id/…`, so an id with a `/`
+    /// would read another investigation's rows.
+    #[error("fraud store: {0}")]
+    InvalidId(#[from] ferrograph::core::id::InvalidId),
     /// A stored record is not valid JSON.
     #[error("fraud store: corrupt record {key}: {source}")]
     Corrupt {
@@ -151,6 +155,7 @@ impl FraudStore {
     /// insights, recommendations, audit) and flushes.
     pub fn persist(&self, s: &Investigation, event: &str) -> Result<AuditEntry, StoreError> {
         let id = &s.investigation_id;
+        ferrograph::core::id::check_thread_id(id)?;
         self.put(
             "investigations",
             id,
@@ -223,6 +228,7 @@ impl FraudStore {
 
     /// One investigation's full state, tool log, insights and recommendations.
     pub fn investigation(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        ferrograph::core::id::check_thread_id(id)?;
         let state = self.get("states", id)?;
         let Some(state) = state else {
             return Ok(None);
@@ -238,6 +244,9 @@ impl FraudStore {
 
     /// The audit trail (of one investigation, or all).
     pub fn audit(&self, id: Option<&str>) -> Result<Vec<AuditEntry>, StoreError> {
+        if let Some(i) = id {
+            ferrograph::core::id::check_thread_id(i)?;
+        }
         let prefix = id.map(|i| format!("{i}/")).unwrap_or_default();
         let mut out = Vec::new();
         for v in self.scan("audit", &prefix)? {
@@ -250,5 +259,45 @@ impl FraudStore {
         }
         out.sort_by(|a: &AuditEntry, b| a.timestamp.cmp(&b.timestamp));
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_investigation_never_reads_another_ones_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FraudStore::open(&dir.path().join("store")).unwrap();
+        for id in ["a", "a:b", "ab"] {
+            let s = Investigation {
+                investigation_id: id.into(),
+                transaction_id: format!("TX-{id}"),
+                ..Investigation::default()
+            };
+            store.persist(&s, "completed").unwrap();
+        }
+        let audit = store.audit(Some("a")).unwrap();
+        assert_eq!(audit.len(), 1, "{audit:?}");
+        assert_eq!(audit[0].investigation_id, "a");
+        // Ids that could reach other rows (or leave a folder) are refused, not scanned.
+        let bad = Investigation {
+            investigation_id: "a/b".into(),
+            ..Investigation::default()
+        };
+        assert!(matches!(
+            store.persist(&bad, "completed"),
+            Err(StoreError::InvalidId(_))
+        ));
+        assert!(matches!(
+            store.audit(Some("a/")),
+            Err(StoreError::InvalidId(_))
+        ));
+        assert!(matches!(
+            store.investigation(".."),
+            Err(StoreError::InvalidId(_))
+        ));
     }
 }

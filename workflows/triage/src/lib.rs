@@ -345,6 +345,11 @@ impl Workflow for TriageWorkflow {
 
     async fn start(&self, input: JsonInput, mut config: RunConfig) -> Result<JsonRun, RunError> {
         let thread = config.thread_id.clone();
+        // The thread id names the default output folder: checked before any folder is made
+        // (`..` used to write outside the runs folder).
+        if let Some(t) = &thread {
+            ferrograph::core::id::check_thread_id(t)?;
+        }
         // Where the trace goes: the input's output folder, else the saved state's, else the
         // default for this thread.
         let out = match &input {
@@ -432,6 +437,14 @@ impl Workflow for TriageWorkflow {
         Workflow::fork(&*self.runner, thread, checkpoint, new_thread).await
     }
 }
+
+/// The input fields that name paths: the repository and the docs are read, the output folder
+/// is written.
+pub const INPUT_PATHS: &[ferrograph::runtime::InputPath] = &[
+    ferrograph::runtime::InputPath::read("repository"),
+    ferrograph::runtime::InputPath::read("docs_dir"),
+    ferrograph::runtime::InputPath::output("out_dir"),
+];
 
 /// Reads an issue file: the first `# ` heading (or first line) is the title, the rest the
 /// body.
@@ -548,6 +561,7 @@ pub async fn register(
             parse_input,
             sample_input,
             parse_args: Some(parse_args),
+            input_paths: INPUT_PATHS,
         },
     );
     Ok(())

@@ -194,7 +194,26 @@ function renderThread(t) {
   const box = $("interrupts");
   if (box.dataset.key === key) return; // keep what the reviewer is typing
   box.dataset.key = key;
+  if (status === "orphaned") { box.replaceChildren(renderOrphaned(t)); return; }
   box.replaceChildren(...(status === "interrupted" ? t.interrupts.map((i) => renderInterrupt(t, i)) : []));
+}
+
+// A run whose process ended mid-run: it continues from its last checkpoint.
+function renderOrphaned(thread) {
+  const card = el("div", { class: "card interrupt", "data-orphaned": thread.thread_id });
+  card.append(el("div", { class: "card-head" }, el("h2", {}, "Stopped mid-run"), el("span", { class: "pill pill-orphaned" }, "orphaned")));
+  card.append(el("p", { class: "small muted" }, "The process running this thread ended before the run did. Continue runs it on from its last checkpoint; finished steps are not run again."));
+  const msg = el("span", { class: "small" });
+  const button = el("button", { class: "approve", "data-choice": "continue", onclick: async () => {
+    button.disabled = true; msg.textContent = "continuing…"; msg.className = "small muted";
+    try {
+      const out = await api("POST", "/threads/" + encodeURIComponent(thread.thread_id) + "/runs", {});
+      msg.textContent = "run " + out.status;
+    } catch (e) { msg.textContent = e.message; msg.className = "small error"; button.disabled = false; }
+    refreshThreads(); refreshDetail();
+  } }, "Continue");
+  card.append(el("div", { class: "actions" }, button, msg));
+  return card;
 }
 
 const MARKDOWN_FIELDS = ["summary", "question", "description", "markdown", "body", "draft", "message"];
