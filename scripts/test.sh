@@ -30,6 +30,9 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 disk
 
+echo "== offline proof: the main job and the API tests in a network namespace with loopback only"
+bash scripts/offline-check.sh --smoke
+
 echo "== browser test of the web console (headless chromium)"
 bash scripts/browser-test.sh
 

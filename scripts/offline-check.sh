@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Offline proof: runs ferrograph inside a network namespace that has loopback only, traced
+# with strace, and fails if any process tries to reach an address other than loopback (a
+# connect or a datagram to any other IPv4/IPv6 address, DNS lookups included), even one whose
+# failure the code would have absorbed.
+#
+#   scripts/offline-check.sh           the whole test suite and the main job (scripts/triage.sh)
+#   scripts/offline-check.sh --smoke   the main job on the debug CLI and the HTTP API tests (CI)
+#
+# What needs a registry happens before the namespace is entered and is named as it happens:
+# building, fetching the default models, and (full run) the llama-cpp-python server and the
+# evaluation's cached downloads. Where the kernel or container allows no network namespace,
+# the script says so and exits 0 without checking anything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=full
+case "${1:-}" in
+    "") ;;
+    --smoke) mode=smoke ;;
+    *) echo "usage: scripts/offline-check.sh [--smoke]" >&2; exit 2 ;;
+esac
+target_dir="${CARGO_TARGET_DIR:-target}"
+
+if unshare -n true 2>/dev/null; then
+    ns=(unshare -n)
+elif unshare -rn true 2>/dev/null; then
+    ns=(unshare -rn)
+else
+    echo "offline check SKIPPED: this kernel or container allows no network namespace (unshare -n and unshare -rn failed)"
+    exit 0
+fi
+
+# strace and ip, installed where missing; a machine that cannot have them is skipped with the
+# reason, like one without namespaces.
+install() {
+    local SUDO=""
+    if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "$@"; } >/dev/null 2>&1 || true
+}
+command -v strace >/dev/null 2>&1 || { echo "== installing strace"; install strace; }
+command -v ip >/dev/null 2>&1 || { echo "== installing iproute2"; install iproute2; }
+for tool in strace ip; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "offline check SKIPPED: $tool is missing and could not be installed"
+        exit 0
+    fi
+done
+if ! "${ns[@]}" strace -f --seccomp-bpf -qq -o /dev/null -e trace=connect true 2>/dev/null; then
+    echo "offline check SKIPPED: strace cannot trace here (ptrace or seccomp refused inside the namespace)"
+    exit 0
+fi
+if ! "${ns[@]}" ip link set lo up 2>/dev/null; then
+    echo "offline check SKIPPED: the namespace's loopback cannot be brought up"
+    exit 0
+fi
+
+work="$(mktemp -d /tmp/ferrograph-offline.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+
+# Lists traced attempts to reach a non-loopback address: connect/sendto/sendmsg with an
+# AF_INET or AF_INET6 address other than 127.0.0.0/8, ::1 or ::ffff:127.x, or the unspecified
+# address.
+violations() {
+    grep -E 'sa_family=AF_INET6?' "$1" \
+        | grep -vE 'inet_addr\("127\.[0-9.]+"\)|inet_pton\(AF_INET6, "::1"|inet_pton\(AF_INET6, "::ffff:127\.[0-9.]+"|inet_addr\("0\.0\.0\.0"\)|inet_pton\(AF_INET6, "::"\)' \
+        || true
+}
+
+# The traced, namespaced shell: loopback up, cargo offline, then the commands.
+run_offline() {
+    local trace="$1"
+    shift
+    "${ns[@]}" strace -f --seccomp-bpf -qq -o "$trace" \
+        -e trace=connect,sendto,sendmsg -e signal=none \
+        bash -c 'set -euo pipefail; ip link set lo up; export CARGO_NET_OFFLINE=true; '"$*"
+}
+
+echo "== offline check ($mode): the detector must see a deliberate attempt"
+if run_offline "$work/canary.trace" \
+    "python3 -c 'import socket; s = socket.socket(); s.settimeout(1); print(s.connect_ex((\"192.0.2.1\", 80)))'" >/dev/null; then
+    :
+fi
+if [ -z "$(violations "$work/canary.trace")" ]; then
+    echo "offline check FAILED: a connect to 192.0.2.1 inside the namespace was not detected" >&2
+    cat "$work/canary.trace" >&2
+    exit 1
+fi
+
+echo "== preparing outside the namespace (needs the registries)"
+if [ "$mode" = smoke ]; then
+    # The test build of scripts/test.sh (same features; it also builds the CLI binary), so
+    # nothing is rebuilt after it.
+    cargo test -q --workspace --all-targets --no-run
+    "$target_dir/debug/ferrograph" models fetch
+    inner="
+        '$target_dir/debug/ferrograph' --data-dir '$work/data' run triage --quiet \
+            --issue tests/fixtures/triage/issue.md --repo tests/fixtures/triage/repo \
+            --docs tests/fixtures/triage/docs --out '$work/report'
+        test -s '$work/report/triage-report.md'
+        cargo test -q --workspace --test server_api
+    "
+else
+    export RUSTFLAGS="${RUSTFLAGS:--C target-cpu=native}"
+    cargo build --release -p ferrograph-cli
+    RUSTFLAGS= cargo test --workspace --all-targets --no-run
+    "$target_dir/release/ferrograph" models fetch --all
+    bash scripts/setup-llama-server.sh
+    # The evaluation's smoke cases download three packages on first use; fetch them now.
+    RUSTFLAGS= cargo test -q -p ferrograph-cli --test eval_cli
+    inner="
+        RUSTFLAGS= cargo test --workspace --all-targets
+        bash scripts/triage.sh --issue tests/fixtures/triage/issue.md \
+            --repo tests/fixtures/triage/repo --docs tests/fixtures/triage/docs --out '$work/report'
+        test -s '$work/report/triage-report.md'
+    "
+fi
+
+echo "== inside a network namespace with loopback only, traced"
+started=$(date +%s)
+run_offline "$work/run.trace" "$inner"
+took=$(( $(date +%s) - started ))
+found="$(violations "$work/run.trace")"
+if [ -n "$found" ]; then
+    echo "offline check FAILED: attempts to reach the network:" >&2
+    echo "$found" | head -n 20 >&2
+    exit 1
+fi
+echo "offline check passed ($mode, ${took}s): $(grep -c 'sa_family=AF_INET' "$work/run.trace" || true) loopback connections and datagrams traced, none to any other address"
