@@ -73,6 +73,20 @@ status=0
     --generation-database none \
     --no-color \
     || status=$?
+# How far the generated requests got: runs by outcome, and supersteps executed.
+python3 - "$url/metrics" <<'PY' || true
+import sys, urllib.request
+runs, steps = {}, 0
+for line in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlines():
+    if line.startswith("ferrograph_runs_total{"):
+        status = line.split('status="', 1)[1].split('"', 1)[0]
+        runs[status] = runs.get(status, 0) + int(float(line.rsplit(" ", 1)[1]))
+    elif line.startswith("ferrograph_steps_total{"):
+        steps += int(float(line.rsplit(" ", 1)[1]))
+total = sum(runs.values())
+detail = ", ".join(f"{n} {s}" for s, n in sorted(runs.items()))
+print(f"generated requests reached {total} runs ({detail or 'none'}), {steps} supersteps executed")
+PY
 if ! kill -0 "$pid" 2>/dev/null; then
     echo "the server died during fuzzing:" >&2
     tail -n 50 "$log" >&2

@@ -176,7 +176,13 @@ async fn healthz() -> Json<Value> {
 }
 
 async fn openapi(State(state): State<AppState>) -> Json<Value> {
-    Json(crate::openapi::document(&state.inner.registry.names()))
+    let samples: Vec<(String, Value)> = state
+        .inner
+        .registry
+        .iter()
+        .map(|(name, entry)| (name.clone(), (entry.sample_input)()))
+        .collect();
+    Json(crate::openapi::document(&samples))
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {

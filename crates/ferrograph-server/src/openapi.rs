@@ -26,9 +26,49 @@ fn body(schema: &str) -> Value {
 fn id_param() -> Value {
     json!({
         "name": "id", "in": "path", "required": true,
-        "description": "Thread id.",
-        "schema": { "type": "string", "minLength": 1 }
+        "description": "Thread id: 1 to 128 characters of A-Z a-z 0-9 - _ . : not starting with a dot.",
+        "schema": { "type": "string", "pattern": "^[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}$" }
     })
+}
+
+/// A schema that the workflow's sample input fits and that its state accepts: the sample's
+/// fields with the types of their values, nothing else (unknown fields are refused), each
+/// optional (an input is a partial update of the state).
+fn schema_of(sample: &Value) -> Value {
+    match sample {
+        Value::Null => json!({ "nullable": true }),
+        Value::Bool(_) => json!({ "type": "boolean" }),
+        Value::Number(n) if n.is_i64() || n.is_u64() => json!({ "type": "integer" }),
+        Value::Number(_) => json!({ "type": "number" }),
+        Value::String(_) => json!({ "type": "string" }),
+        Value::Array(items) => match items.first() {
+            Some(first) => json!({ "type": "array", "items": schema_of(first) }),
+            None => json!({ "type": "array" }),
+        },
+        Value::Object(fields) => {
+            let properties: serde_json::Map<String, Value> = fields
+                .iter()
+                .map(|(k, v)| (k.clone(), schema_of(v)))
+                .collect();
+            json!({ "type": "object", "additionalProperties": false, "properties": properties })
+        }
+    }
+}
+
+/// The input schema of each workflow (from its sample input), titled by name, with the sample
+/// as its example.
+fn input_schemas(samples: &[(String, Value)]) -> Vec<Value> {
+    samples
+        .iter()
+        .map(|(name, sample)| {
+            let mut schema = schema_of(sample);
+            if let Some(o) = schema.as_object_mut() {
+                o.insert("title".into(), json!(format!("{name} input")));
+                o.insert("example".into(), sample.clone());
+            }
+            schema
+        })
+        .collect()
 }
 
 /// Adds the responses every protected route can give.
@@ -43,9 +83,15 @@ fn with_common(mut responses: Value) -> Value {
     responses
 }
 
-/// The document. `workflows` are the names of the served workflows (the `workflow` field of
+/// The document. `workflows` are the names of the served workflows with their sample inputs
+/// (the `workflow` field of
 /// `POST /threads` is one of them).
-pub(crate) fn document(workflows: &[String]) -> Value {
+pub(crate) fn document(samples: &[(String, Value)]) -> Value {
+    let workflows: Vec<&String> = samples.iter().map(|(name, _)| name).collect();
+    let inputs = input_schemas(samples);
+    let run_example = samples
+        .first()
+        .map_or(Value::Null, |(_, sample)| json!({ "input": sample }));
     let thread_404 = err("No such thread.");
     let busy = err("`thread_busy`: a run is in progress on the thread (a second run, update or delete is refused until it ends), or `workflow_not_loaded`: the thread's workflow is not served here.");
     let bad_path = err("The path or query is malformed.");
@@ -354,7 +400,7 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                     "required": ["values"],
                     "additionalProperties": false,
                     "properties": {
-                        "values": { "type": "object", "description": "An update of the workflow's state." },
+                        "values": { "anyOf": inputs, "description": "An update of the workflow's state (unknown fields are refused)." },
                         "as_node": { "type": "string", "description": "Apply it as this node (routing continues from it)." }
                     }
                 },
@@ -364,9 +410,10 @@ pub(crate) fn document(workflows: &[String]) -> Value {
                 },
                 "RunRequest": {
                     "type": "object",
+                    "example": run_example,
                     "additionalProperties": false,
                     "properties": {
-                        "input": { "type": "object", "nullable": true, "description": "An update of the workflow's state to start from. Not together with `command`." },
+                        "input": { "nullable": true, "anyOf": inputs, "description": "An update of the workflow's state to start from (the thread's workflow's input; unknown fields are refused). Not together with `command`." },
                         "command": {
                             "type": "object",
                             "required": ["resume"],
@@ -418,4 +465,25 @@ pub(crate) fn document(workflows: &[String]) -> Value {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_input_schema_types_the_samples_fields_and_refuses_others() {
+        let sample = json!({"title": "t", "files": ["a.rs"], "n": 3, "score": 0.5, "ok": true});
+        let schemas = input_schemas(&[("review".to_string(), sample.clone())]);
+        let s = &schemas[0];
+        assert_eq!(s["title"], "review input");
+        assert_eq!(s["example"], sample);
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["properties"]["title"]["type"], "string");
+        assert_eq!(s["properties"]["files"]["items"]["type"], "string");
+        assert_eq!(s["properties"]["n"]["type"], "integer");
+        assert_eq!(s["properties"]["score"]["type"], "number");
+        assert_eq!(s["properties"]["ok"]["type"], "boolean");
+        assert!(s.get("required").is_none(), "an input is a partial update");
+    }
 }
