@@ -2,6 +2,7 @@
 //! [`SledSaver`], durable on disk. The trait and the record encoding live in
 //! `ferrograph_core::checkpoint`.
 
+pub mod maintenance;
 mod memory;
 mod sled;
 

@@ -64,7 +64,7 @@ pub const THREADS_TREE: &str = "ferrograph/threads/v1";
 
 /// Schema version written in the envelope of every stored value. The state's own schema
 /// version lives inside the checkpoint payload, which is sealed separately.
-const STORE_SCHEMA: u32 = 1;
+pub(crate) const STORE_SCHEMA: u32 = 1;
 
 /// Name used in [`CheckpointError::Corrupt`] for a damaged thread record.
 pub const THREAD_RECORD: &str = "(thread record)";

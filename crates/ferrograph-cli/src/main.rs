@@ -152,6 +152,11 @@ enum Command {
         #[command(subcommand)]
         what: index::IndexCommand,
     },
+    /// The checkpoint store (threads, checkpoints): verify, back up, restore.
+    Store {
+        #[command(subcommand)]
+        what: StoreCommand,
+    },
     /// The fraud workflow's dataset and stored investigations (cases, list, show, audit).
     Fraud {
         #[command(subcommand)]
@@ -246,6 +251,26 @@ struct ResumeArgs {
     /// No progress display on standard error.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCommand {
+    /// Reads every record of the store and names those that do not read back; exits 1 if
+    /// any does not, or if the store does not open.
+    Verify,
+    /// Copies the whole store into one checksummed file (safe while nothing else has the
+    /// store open; the server's data directory is locked while it runs).
+    Backup {
+        /// The backup file to write (replaced atomically).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Restores a backup: the current store (damaged or not) is moved aside to
+    /// `checkpoints.before-restore-<time>`, never deleted, and the backup written in its place.
+    Restore {
+        /// A file written by `ferrograph store backup`.
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -378,7 +403,12 @@ impl App {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
         let saver = SledSaver::open(config.checkpoint_dir())
-            .with_context(|| format!("opening {}", config.checkpoint_dir().display()))?;
+            .with_context(|| {
+                format!(
+                    "opening {} (if it is damaged: `ferrograph store verify` says what is wrong, `ferrograph store restore BACKUP` brings a backup back)",
+                    config.checkpoint_dir().display()
+                )
+            })?;
         let runtime = Runtime::new().await?;
         let settings = workflow_settings(&config)?;
         let registry = builtin_registry(&runtime, saver.clone(), &settings).await?;
@@ -764,7 +794,93 @@ async fn bench_graph(json: bool, quick: bool, runs: Option<usize>) -> Result<()>
     Ok(())
 }
 
+/// `ferrograph store …`: works on the store directly, so that a store that no longer opens
+/// can still be replaced by a backup.
+fn store_command(cli: &Cli, what: &StoreCommand) -> Result<ExitCode> {
+    use ferrograph::checkpoint_savers::maintenance;
+    let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+    let path = config.checkpoint_dir();
+    let open = || {
+        SledSaver::open(&path).with_context(|| {
+            format!(
+                "the store {} does not open; `ferrograph store restore BACKUP` replaces it with a backup (the damaged one is kept aside)",
+                path.display()
+            )
+        })
+    };
+    match what {
+        StoreCommand::Verify => {
+            let saver = open()?;
+            let report = maintenance::verify(saver.db(), &path)?;
+            for t in &report.trees {
+                print::line(format!(
+                    "{:<32} {:>8} records  {} damaged",
+                    t.name,
+                    t.records,
+                    t.damaged.len()
+                ));
+                for key in t.damaged.iter().take(20) {
+                    print::line(format!("  damaged: {key}"));
+                }
+            }
+            if report.is_clean() {
+                print::line(format!(
+                    "store {} verified: {} records, all readable",
+                    path.display(),
+                    report.records()
+                ));
+                Ok(ExitCode::SUCCESS)
+            } else {
+                print::line(format!(
+                    "store {} has damaged records; restore a backup with `ferrograph store restore FILE`",
+                    path.display()
+                ));
+                Ok(ExitCode::from(1))
+            }
+        }
+        StoreCommand::Backup { out } => {
+            let saver = open()?;
+            let copied = maintenance::backup(saver.db(), &path, out)?;
+            print::line(format!(
+                "backed up {} records from {} trees to {} ({} bytes)",
+                copied.records,
+                copied.trees,
+                out.display(),
+                copied.bytes
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
+        StoreCommand::Restore { file } => {
+            // Read and check the backup before touching the current store.
+            let staging =
+                path.with_extension(format!("restoring-{}", ferrograph::core::id::now_millis()));
+            let copied = maintenance::restore(file, &staging)?;
+            if path.exists() {
+                let aside = path.with_extension(format!(
+                    "before-restore-{}",
+                    ferrograph::core::id::now_millis()
+                ));
+                std::fs::rename(&path, &aside)
+                    .with_context(|| format!("moving {} aside", path.display()))?;
+                print::line(format!("the previous store is kept at {}", aside.display()));
+            }
+            std::fs::rename(&staging, &path)
+                .with_context(|| format!("moving the restored store to {}", path.display()))?;
+            print::line(format!(
+                "restored {} records from {} into {}",
+                copied.records,
+                file.display(),
+                path.display()
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 async fn main_async(cli: Cli) -> Result<ExitCode> {
+    if let Command::Store { what } = &cli.command {
+        return store_command(&cli, what);
+    }
     match cli.command {
         Command::Bench {
             what: BenchCommand::Graph { json, quick, runs },
@@ -1077,6 +1193,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { .. }
+        | Command::Store { .. }
         | Command::Models { .. }
         | Command::Index { .. }
         | Command::Fraud { .. }

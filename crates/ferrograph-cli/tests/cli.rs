@@ -122,3 +122,74 @@ fn demo_finishes_and_bad_input_fails_clearly() {
     assert_eq!(v["max_steps"], 7);
     assert_eq!(v["max_runtime_seconds"], 12.5);
 }
+
+/// Flips one byte in every `step` bytes of `file`.
+fn damage(file: &std::path::Path, step: usize) {
+    let mut bytes = std::fs::read(file).unwrap();
+    for i in (step / 2..bytes.len()).step_by(step) {
+        bytes[i] ^= 0x5a;
+    }
+    std::fs::write(file, bytes).unwrap();
+}
+
+#[test]
+fn a_damaged_store_is_named_and_a_backup_brings_every_thread_back() {
+    let dir = tempfile::tempdir().unwrap();
+    for t in ["t1", "t2"] {
+        let out = ferrograph(dir.path(), &["run", "review", "--thread", t, "--quiet"]);
+        assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    }
+    let out = ferrograph(dir.path(), &["store", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("all readable"), "{}", stdout(&out));
+
+    let backup = dir.path().join("backups/store.fgb");
+    let out = ferrograph(
+        dir.path(),
+        &["store", "backup", "--out", backup.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(backup.is_file());
+
+    // A damaged backup is refused before the store is touched.
+    let bad = dir.path().join("bad.fgb");
+    std::fs::copy(&backup, &bad).unwrap();
+    damage(&bad, 4096);
+    let out = ferrograph(dir.path(), &["store", "restore", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(err.contains("not a readable ferrograph backup"), "{err}");
+    let out = ferrograph(dir.path(), &["threads", "list"]);
+    assert!(stdout(&out).contains("t1"), "{}", stdout(&out));
+
+    // Damage the store's log throughout: verification fails and names the store.
+    let log = dir.path().join("checkpoints/db");
+    assert!(log.is_file(), "sled's log file");
+    damage(&log, 64);
+    let out = ferrograph(dir.path(), &["store", "verify"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    let said = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("checkpoints"), "{said}");
+
+    // Restore: the damaged store is kept aside, every thread is back and can go on.
+    let out = ferrograph(dir.path(), &["store", "restore", backup.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("kept at"), "{}", stdout(&out));
+    let kept = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("checkpoints.before-restore-")
+        });
+    assert!(kept, "the damaged store was kept aside");
+    let out = ferrograph(dir.path(), &["store", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = ferrograph(dir.path(), &["threads", "list", "--status", "interrupted"]);
+    let listed = stdout(&out);
+    assert!(listed.contains("t1") && listed.contains("t2"), "{listed}");
+    let out = ferrograph(dir.path(), &["resume", "t1", "--approve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("\"published\": true"));
+}
