@@ -1,5 +1,6 @@
 //! The `ferrograph` command-line tool.
 
+mod backups;
 mod bench_workflow;
 mod config;
 mod eval;
@@ -136,6 +137,16 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 512,
               value_parser = clap::value_parser!(u32).range(1..=65_536))]
         max_connections: u32,
+        /// Back the store up into this folder while serving (see `ferrograph store`).
+        #[arg(long, value_name = "DIR")]
+        backup_dir: Option<PathBuf>,
+        /// Seconds between backups (with --backup-dir).
+        #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
+        backup_every: f64,
+        /// Backups kept in --backup-dir; older ones are removed.
+        #[arg(long, value_name = "N", default_value_t = 24,
+              value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        backup_keep: u32,
     },
     /// Benchmarks.
     Bench {
@@ -1159,6 +1170,9 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             header_timeout,
             idle_timeout,
             max_connections,
+            backup_dir,
+            backup_every,
+            backup_keep,
         } => {
             let token = match token_env {
                 Some(var) => Some(
@@ -1183,6 +1197,17 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     max_connections: usize::try_from(max_connections)?,
                 },
             };
+            if let Some(dir) = backup_dir {
+                let every = config::seconds(backup_every, "--backup-every")?;
+                let keep = usize::try_from(backup_keep)?;
+                tokio::spawn(backups::every(
+                    app.saver.clone(),
+                    app.config.checkpoint_dir(),
+                    dir,
+                    every,
+                    keep,
+                ));
+            }
             let runtime = app.runtime.clone();
             let shutdown = async move {
                 let _ = tokio::signal::ctrl_c().await;

@@ -193,3 +193,60 @@ fn a_damaged_store_is_named_and_a_backup_brings_every_thread_back() {
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("\"published\": true"));
 }
+
+#[test]
+fn serve_backs_the_store_up_on_schedule_and_keeps_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ferrograph(dir.path(), &["run", "review", "--thread", "t1", "--quiet"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let backups = dir.path().join("backups");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ferrograph"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--backup-dir",
+            backups.to_str().unwrap(),
+            "--backup-every",
+            "0.2",
+            "--backup-keep",
+            "2",
+        ])
+        .env("FERROGRAPH_DATA_DIR", dir.path())
+        .env_remove("FERROGRAPH_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let list = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&backups)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".fgb"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 4 && std::time::Instant::now() < deadline {
+        seen.extend(list());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(seen.len() >= 4, "backups made: {seen:?}");
+    let left = list();
+    assert!(left.len() <= 2, "only the newest are kept: {left:?}");
+
+    // The newest backup restores the thread.
+    std::fs::remove_dir_all(dir.path().join("checkpoints")).unwrap();
+    let newest = backups.join(left.last().unwrap());
+    let out = ferrograph(dir.path(), &["store", "restore", newest.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = ferrograph(dir.path(), &["threads", "list", "--status", "interrupted"]);
+    assert!(stdout(&out).contains("t1"), "{}", stdout(&out));
+}
