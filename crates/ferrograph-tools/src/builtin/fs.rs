@@ -2,9 +2,15 @@
 //!
 //! Every path argument is relative to the root. A path with a `..` component is refused before
 //! touching the disk; the rest are canonicalized (resolving every symlink) and refused unless
-//! the result is still inside the canonical root, so a symlink leading out of the root cannot
-//! be read, listed or searched. `grep` does not descend into symlinked directories and skips
-//! symlinked files that resolve outside the root.
+//! the result is still inside the canonical root, which gives a clear error for a symlink
+//! leading out. The files and directories are then opened through a handle on the root
+//! ([`cap_std`]), which resolves every component again inside the root and refuses to leave
+//! it, so a symlink swapped in between the check and the open cannot escape either. Metadata
+//! is read from the opened file, not by name, and `grep` reads at most its size limit from each
+//! file however much the file grows meanwhile. `grep` does not descend into symlinked
+//! directories, skips symlinked files that lead outside the root, and stops after
+//! [`FsLimits::max_grep_duration`]; `list_dir` stops scanning after
+//! [`FsLimits::max_list_scan`] entries.
 
 use crate::registry::ToolRegistry;
 use crate::tool::{decode_args, parameters_schema, Tool, ToolContext, ToolError};
@@ -15,6 +21,7 @@ use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Size limits of the file-system tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +40,10 @@ pub struct FsLimits {
     pub max_pattern_len: usize,
     /// Matching lines longer than this are cut (in characters).
     pub max_line_chars: usize,
+    /// Longest time one `grep` call walks and reads before it answers what it found.
+    pub max_grep_duration: Duration,
+    /// Most directory entries `list_dir` scans (the count it reports is then a lower bound).
+    pub max_list_scan: usize,
 }
 
 impl Default for FsLimits {
@@ -45,6 +56,8 @@ impl Default for FsLimits {
             max_grep_files: 20_000,
             max_pattern_len: 1024,
             max_line_chars: 400,
+            max_grep_duration: Duration::from_secs(10),
+            max_list_scan: 100_000,
         }
     }
 }
@@ -52,6 +65,8 @@ impl Default for FsLimits {
 #[derive(Debug)]
 struct FsInner {
     root: PathBuf,
+    /// A handle on `root`: every open goes through it and cannot leave it.
+    dir: cap_std::fs::Dir,
     limits: FsLimits,
 }
 
@@ -88,9 +103,15 @@ impl FsTools {
                 root.display()
             )));
         }
+        let dir = cap_std::fs::Dir::open_ambient_dir(&canonical, cap_std::ambient_authority())
+            .map_err(|source| ToolError::Io {
+                path: root.to_path_buf(),
+                source,
+            })?;
         Ok(FsTools {
             inner: Arc::new(FsInner {
                 root: canonical,
+                dir,
                 limits,
             }),
         })
@@ -151,6 +172,60 @@ impl FsTools {
         }
     }
 
+    /// `canonical` (a path [`FsTools::resolve`] returned) relative to the root, for opening
+    /// through the root's handle.
+    fn inside<'a>(&self, canonical: &'a Path) -> &'a Path {
+        match canonical.strip_prefix(&self.inner.root) {
+            Ok(rel) if !rel.as_os_str().is_empty() => rel,
+            _ => Path::new("."),
+        }
+    }
+
+    /// Maps an error of an open through the root's handle: one that would have left the root
+    /// (a symlink swapped in after the check) is [`ToolError::Denied`].
+    fn open_error(path: &str, source: std::io::Error) -> ToolError {
+        if source.kind() == std::io::ErrorKind::PermissionDenied {
+            ToolError::Denied {
+                path: path.to_string(),
+                reason: format!("it leads outside the tool root ({source})"),
+            }
+        } else {
+            ToolError::Io {
+                path: PathBuf::from(path),
+                source,
+            }
+        }
+    }
+
+    /// Opens the file at `canonical` through the root's handle.
+    fn open_confined(&self, canonical: &Path, shown: &str) -> Result<std::fs::File, ToolError> {
+        self.inner
+            .dir
+            .open(self.inside(canonical))
+            .map(cap_std::fs::File::into_std)
+            .map_err(|e| Self::open_error(shown, e))
+    }
+
+    /// Opens `path` (under the root) for `grep`: through the root's handle, which never
+    /// follows an absolute symlink; such a link is followed here only when its target is inside
+    /// the root, and the target is opened through the handle again.
+    fn open_for_grep(&self, path: &Path) -> Option<std::fs::File> {
+        let dir = &self.inner.dir;
+        match dir.open(self.inside(path)) {
+            Ok(f) => Some(f.into_std()),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                let target = std::fs::canonicalize(path).ok()?;
+                if !target.starts_with(&self.inner.root) {
+                    return None;
+                }
+                dir.open(self.inside(&target))
+                    .ok()
+                    .map(cap_std::fs::File::into_std)
+            }
+            Err(_) => None,
+        }
+    }
+
     /// The `read_file` tool.
     pub fn read_file(&self) -> ReadFileTool {
         ReadFileTool(self.clone())
@@ -180,7 +255,8 @@ impl FsTools {
             path: PathBuf::from(&args.path),
             source,
         };
-        let meta = std::fs::metadata(&path).map_err(io)?;
+        let mut file = self.open_confined(&path, &args.path)?;
+        let meta = file.metadata().map_err(io)?;
         if !meta.is_file() {
             return Err(ToolError::failed(format!("`{}` is not a file", args.path)));
         }
@@ -196,7 +272,6 @@ impl FsTools {
             .max_bytes
             .unwrap_or(self.inner.limits.max_read_bytes)
             .min(self.inner.limits.max_read_bytes);
-        let mut file = std::fs::File::open(&path).map_err(io)?;
         file.seek(SeekFrom::Start(offset)).map_err(io)?;
         let mut buf = Vec::new();
         file.take(limit).read_to_end(&mut buf).map_err(io)?;
@@ -227,25 +302,42 @@ impl FsTools {
         };
         let mut entries = Vec::new();
         let mut total = 0usize;
-        for entry in std::fs::read_dir(&path).map_err(io)? {
+        let mut scan_cut = false;
+        let listing = self
+            .inner
+            .dir
+            .read_dir(self.inside(&path))
+            .map_err(|e| Self::open_error(&given, e))?;
+        for entry in listing {
             let entry = entry.map_err(io)?;
             total += 1;
-            let meta = entry.path().symlink_metadata().map_err(io)?;
-            let kind = if meta.file_type().is_symlink() {
+            if total > self.inner.limits.max_list_scan {
+                scan_cut = true;
+                total -= 1;
+                break;
+            }
+            // Without following symlinks: a symlink is listed as one.
+            let file_type = entry.file_type().map_err(io)?;
+            let kind = if file_type.is_symlink() {
                 "symlink"
-            } else if meta.is_dir() {
+            } else if file_type.is_dir() {
                 "dir"
             } else {
                 "file"
             };
+            let size = if file_type.is_file() {
+                entry.metadata().ok().map(|m| m.len())
+            } else {
+                None
+            };
             entries.push(DirEntry {
                 name: entry.file_name().to_string_lossy().into_owned(),
                 kind: kind.to_string(),
-                size: meta.is_file().then_some(meta.len()),
+                size,
             });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        let truncated = entries.len() > self.inner.limits.max_list_entries;
+        let truncated = scan_cut || entries.len() > self.inner.limits.max_list_entries;
         entries.truncate(self.inner.limits.max_list_entries);
         let listing = DirListing {
             path: self.relative(&path),
@@ -277,39 +369,43 @@ impl FsTools {
         let mut out = Vec::new();
         let mut files = 0usize;
         let mut truncated = false;
+        let started = Instant::now();
+        let mut timed_out = false;
+        let dir = &self.inner.dir;
         let mut stack = vec![start];
         'walk: while let Some(path) = stack.pop() {
-            let Ok(meta) = path.symlink_metadata() else {
+            if started.elapsed() > limits.max_grep_duration {
+                timed_out = true;
+                truncated = true;
+                break;
+            }
+            let rel = self.inside(&path).to_path_buf();
+            let Ok(meta) = dir.symlink_metadata(&rel) else {
                 continue;
             };
-            let file_path = if meta.file_type().is_symlink() {
-                // Follow a symlinked file only when it stays inside the root; never a directory.
-                match std::fs::canonicalize(&path) {
-                    Ok(target) if target.starts_with(&self.inner.root) && target.is_file() => {
-                        target
-                    }
-                    _ => continue,
-                }
-            } else if meta.is_dir() {
-                let Ok(rd) = std::fs::read_dir(&path) else {
+            if meta.is_dir() {
+                let Ok(rd) = dir.read_dir(&rel) else {
                     continue;
                 };
                 let mut children: Vec<PathBuf> = rd
                     .filter_map(Result::ok)
                     .filter(|e| e.file_name() != ".git")
-                    .map(|e| e.path())
+                    .map(|e| path.join(e.file_name()))
                     .collect();
                 // Reverse order on the stack gives a sorted walk.
                 children.sort_by(|a, b| b.cmp(a));
                 stack.extend(children);
                 continue;
-            } else {
-                path.clone()
-            };
-            let Ok(fmeta) = std::fs::metadata(&file_path) else {
+            }
+            // A file or a symlink, opened through the root's handle: a symlink is followed
+            // only while it stays inside the root, and a directory behind one is not entered.
+            let Some(file) = self.open_for_grep(&path) else {
                 continue;
             };
-            if fmeta.len() > limits.max_grep_file_bytes {
+            let Ok(fmeta) = file.metadata() else {
+                continue;
+            };
+            if !fmeta.is_file() || fmeta.len() > limits.max_grep_file_bytes {
                 continue;
             }
             files += 1;
@@ -317,9 +413,15 @@ impl FsTools {
                 truncated = true;
                 break;
             }
-            let Ok(bytes) = std::fs::read(&file_path) else {
+            // Bounded by the limit, not by the size read above: the file may grow meanwhile.
+            let mut bytes = Vec::new();
+            if file
+                .take(limits.max_grep_file_bytes)
+                .read_to_end(&mut bytes)
+                .is_err()
+            {
                 continue;
-            };
+            }
             if bytes.contains(&0) {
                 continue;
             }
@@ -344,7 +446,14 @@ impl FsTools {
         } else {
             out.join("\n")
         };
-        if truncated {
+        if timed_out {
+            text.push_str(&format!(
+                "\n[stopped after {:.0} s with {} matches in {} files; narrow the pattern or the path]",
+                limits.max_grep_duration.as_secs_f64(),
+                out.len(),
+                files
+            ));
+        } else if truncated {
             text.push_str(&format!(
                 "\n[truncated after {} matches in {} files; narrow the pattern or the path]",
                 out.len(),
@@ -496,5 +605,55 @@ impl Tool for GrepTool {
         let args: GrepArgs = decode_args(self.name(), args)?;
         let fs = self.0.clone();
         blocking(move || fs.grep_sync(args)).await
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// The check and the open are separate steps; a symlink swapped in between (the race a
+    /// hostile process on the same machine can win) is refused by the open itself.
+    #[test]
+    fn a_symlink_swapped_in_after_the_check_does_not_escape() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.txt");
+        std::fs::write(&secret, "outside the root").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("notes.txt");
+        std::fs::write(&file, "inside").unwrap();
+        let fs = FsTools::new(root.path()).unwrap();
+
+        let checked = fs.resolve("notes.txt").unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&secret, &file).unwrap();
+        let err = fs.open_confined(&checked, "notes.txt").unwrap_err();
+        assert!(matches!(err, ToolError::Denied { .. }), "{err}");
+        // What the tool did before: open the checked path by name, and read the secret.
+        assert_eq!(
+            std::fs::read_to_string(&checked).unwrap(),
+            "outside the root"
+        );
+    }
+
+    #[test]
+    fn grep_reads_at_most_its_limit_and_stops_on_time() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("a.txt"), "x\n".repeat(1000)).unwrap();
+        let limits = FsLimits {
+            max_grep_file_bytes: 10_000,
+            max_grep_duration: Duration::ZERO,
+            ..FsLimits::default()
+        };
+        let fs = FsTools::with_limits(root.path(), limits).unwrap();
+        let out = fs
+            .grep_sync(GrepArgs {
+                pattern: "x".into(),
+                path: None,
+                case_insensitive: None,
+                max_matches: None,
+            })
+            .unwrap();
+        assert!(out.as_str().unwrap().contains("stopped after"), "{out}");
     }
 }
