@@ -182,7 +182,15 @@ async fn openapi(State(state): State<AppState>) -> Json<Value> {
         .iter()
         .map(|(name, entry)| (name.clone(), (entry.sample_input)()))
         .collect();
-    Json(crate::openapi::document(&samples))
+    let mut nodes: Vec<String> = state
+        .inner
+        .registry
+        .iter()
+        .flat_map(|(_, entry)| entry.workflow.info().nodes)
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    Json(crate::openapi::document(&samples, &nodes))
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {

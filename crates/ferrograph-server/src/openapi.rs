@@ -83,10 +83,10 @@ fn with_common(mut responses: Value) -> Value {
     responses
 }
 
-/// The document. `workflows` are the names of the served workflows with their sample inputs
-/// (the `workflow` field of
+/// The document. `samples` are the names of the served workflows with their sample inputs,
+/// `nodes` the node names of all of them (`as_node` of a state update) (the `workflow` field of
 /// `POST /threads` is one of them).
-pub(crate) fn document(samples: &[(String, Value)]) -> Value {
+pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
     let workflows: Vec<&String> = samples.iter().map(|(name, _)| name).collect();
     let inputs = input_schemas(samples);
     let run_example = samples
@@ -401,7 +401,7 @@ pub(crate) fn document(samples: &[(String, Value)]) -> Value {
                     "additionalProperties": false,
                     "properties": {
                         "values": { "anyOf": inputs, "description": "An update of the workflow's state (unknown fields are refused)." },
-                        "as_node": { "type": "string", "description": "Apply it as this node (routing continues from it)." }
+                        "as_node": { "type": "string", "enum": nodes, "description": "Apply it as this node (routing continues from it): a node of the thread's workflow." }
                     }
                 },
                 "UpdateStateResult": {
