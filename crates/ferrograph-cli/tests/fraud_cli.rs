@@ -220,3 +220,106 @@ fn a_configured_model_that_cannot_be_used_fails_the_command_and_names_it() {
         assert!(text(&out).contains(says), "{model}: {}", text(&out));
     }
 }
+
+/// Kills the investigation with SIGKILL once `after` tools have finished and the next tool
+/// step has started; returns whether the kill happened there.
+fn kill_after_tools(dir: &std::path::Path, thread: &str, tx: &str, after: usize) -> bool {
+    let mut child = cmd(dir)
+        .args([
+            "run",
+            "fraud",
+            "--thread",
+            thread,
+            "--stream",
+            "--transaction",
+            tx,
+        ])
+        .env("FERROGRAPH_FRAUD_TOOL_DELAY_MS", "400")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut ended = 0;
+    let mut killed = false;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if line.contains("\"tool_end\"") {
+            ended += 1;
+        } else if ended == after && line.contains("▶ tool_executor") {
+            child.kill().unwrap();
+            killed = true;
+            break;
+        }
+    }
+    let _ = child.wait();
+    killed
+}
+
+#[test]
+fn killed_after_each_of_five_tools_every_investigation_resumes_to_the_same_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["fraud", "gen-data"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(dir.path(), &["fraud", "cases"]);
+    let tx = text(&out)
+        .lines()
+        .find(|l| l.contains("card_testing"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let all = [
+        "context_tool",
+        "pattern_tool",
+        "similarity_tool",
+        "reasoning_tool",
+        "recommendation_tool",
+        "rule_draft_tool",
+    ];
+    for after in 1..=5 {
+        let thread = format!("inv-k{after}");
+        assert!(
+            kill_after_tools(dir.path(), &thread, &tx, after),
+            "kill point {after} was never reached"
+        );
+        let out = run(dir.path(), &["threads", "show", &thread]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+        assert_eq!(v["orphaned"], true, "kill point {after}: {v}");
+        let before = v["state"]["values"]["tool_executions"].clone();
+
+        let out = run(dir.path(), &["resume", &thread]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "kill point {after}: {}",
+            text(&out)
+        );
+        let out = run(dir.path(), &["threads", "show", &thread]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let st = &v["state"]["values"];
+        assert_eq!(st["status"], "COMPLETED", "kill point {after}");
+        let ex = st["tool_executions"].as_array().unwrap();
+        let names: Vec<&str> = ex
+            .iter()
+            .map(|e| e["tool_name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, all, "kill point {after}: each tool exactly once");
+        // The tools committed before the kill are the same records, not re-run.
+        for (i, rec) in before.as_array().unwrap().iter().enumerate() {
+            assert_eq!(&ex[i], rec, "kill point {after}: record {i} changed");
+        }
+        assert_eq!(v["orphaned"], false);
+    }
+    // One audit entry per investigation, however often it was killed.
+    let out = run(dir.path(), &["fraud", "audit"]);
+    let audit = text(&out);
+    for after in 1..=5 {
+        let thread = format!("inv-k{after}");
+        let completed = audit
+            .lines()
+            .filter(|l| l.contains(&thread) && l.contains("investigation_completed"))
+            .count();
+        assert_eq!(completed, 1, "{thread}: {audit}");
+    }
+}
