@@ -96,3 +96,99 @@ fn sigkill_after_the_investigator_then_resume_completes_the_triage() {
     );
     assert!(out_dir.join("triage-report.md").exists());
 }
+
+/// The fields of a report that must not depend on where a run was killed.
+fn outcome(out_dir: &Path) -> serde_json::Value {
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("triage-report.json")).unwrap())
+            .unwrap();
+    let runs: Vec<(String, u64)> = r["agent_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["agent"].as_str().unwrap().to_string(),
+                a["round"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "status": r["status"],
+        "report": r["writer"]["report"],
+        "files": r["codebase_search"]["relevant_files"],
+        "location": r["codebase_search"]["root_cause_location"],
+        "agent_runs": runs,
+    })
+}
+
+#[test]
+fn killed_at_five_points_without_a_model_every_triage_resumes_to_the_uninterrupted_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let triage = |thread: &str, out: &Path| {
+        let mut c = cmd(dir.path());
+        c.env("FERROGRAPH_MODEL", "none")
+            .args(["run", "triage", "--thread", thread, "--stream"])
+            .args(["--issue", &fixture("issue.md"), "--repo", &fixture("repo")])
+            .args([
+                "--docs",
+                &fixture("docs"),
+                "--out",
+                &out.display().to_string(),
+            ]);
+        c
+    };
+    let base_dir = dir.path().join("base");
+    let out = triage("tri-base", &base_dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let expected = outcome(&base_dir);
+    assert_eq!(expected["status"], "COMPLETED");
+
+    // (node, occurrence): the run is killed as that task starts, with every earlier step
+    // committed; the last one kills it while the report is being published.
+    let points = [
+        ("web_search", 1),
+        ("critic", 1),
+        ("codebase_search", 2),
+        ("writer", 1),
+        ("publish", 1),
+    ];
+    for (node, nth) in points {
+        let thread = format!("tri-{node}-{nth}");
+        let out_dir = dir.path().join(&thread);
+        let mut child = triage(&thread, &out_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let marker = format!("▶ {node}");
+        let mut seen = 0;
+        let mut killed = false;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if line.contains(&marker) {
+                seen += 1;
+                if seen == nth {
+                    child.kill().unwrap();
+                    killed = true;
+                    break;
+                }
+            }
+        }
+        let _ = child.wait();
+        assert!(killed, "kill point {node} #{nth} was never reached");
+
+        let out = cmd(dir.path())
+            .env("FERROGRAPH_MODEL", "none")
+            .args(["resume", &thread])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{node} #{nth}: {}", text(&out));
+        assert_eq!(
+            outcome(&out_dir),
+            expected,
+            "killed at {node} #{nth}, the resumed run differs from the uninterrupted one"
+        );
+    }
+}
