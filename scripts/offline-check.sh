@@ -61,11 +61,14 @@ trap 'rm -rf "$work"' EXIT
 
 # Lists traced attempts to reach a non-loopback address: connect/sendto/sendmsg with an
 # AF_INET or AF_INET6 address other than 127.0.0.0/8, ::1 or ::ffff:127.x, or the unspecified
-# address.
+# address; and connections to the host's name-resolution daemons over their local sockets
+# (systemd-resolved, nscd), which would resolve names outside the namespace.
 violations() {
-    grep -E 'sa_family=AF_INET6?' "$1" \
-        | grep -vE 'inet_addr\("127\.[0-9.]+"\)|inet_pton\(AF_INET6, "::1"|inet_pton\(AF_INET6, "::ffff:127\.[0-9.]+"|inet_addr\("0\.0\.0\.0"\)|inet_pton\(AF_INET6, "::"\)' \
-        || true
+    {
+        grep -E 'sa_family=AF_INET6?' "$1" \
+            | grep -vE 'inet_addr\("127\.[0-9.]+"\)|inet_pton\(AF_INET6, "::1"|inet_pton\(AF_INET6, "::ffff:127\.[0-9.]+"|inet_addr\("0\.0\.0\.0"\)|inet_pton\(AF_INET6, "::"\)'
+        grep -E 'sun_path="(/run/systemd/resolve/|/var/run/nscd/|/run/nscd/)' "$1"
+    } || true
 }
 
 # The traced, namespaced shell: loopback up, cargo offline, then the commands.
