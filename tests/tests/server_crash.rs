@@ -124,6 +124,8 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
     let per_round = 20;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut all = Vec::new();
+    let mut all_inputs = Vec::new();
+    let mut acknowledged_creates = Vec::new();
     for round in 0..rounds {
         let (mut child, addr) = start(&db);
         let ids: Vec<String> = (0..per_round).map(|i| format!("k{round}-{i}")).collect();
@@ -142,7 +144,40 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
                 "{out}"
             );
         }
-        // Every resume at once, then the kill a few milliseconds in.
+        // Threads whose first input is sent in flight (created and acknowledged before).
+        let inputs: Vec<String> = (0..10).map(|i| format!("i{round}-{i}")).collect();
+        for id in &inputs {
+            let body = format!(r#"{{"workflow": "review", "thread_id": "{id}"}}"#);
+            assert_eq!(call(&addr, "POST", "/threads", &body).0, 201);
+        }
+        // Creates, first inputs and resumes all at once, then the kill a few milliseconds in.
+        let creates: Vec<_> = (0..10)
+            .map(|i| {
+                let (addr, id) = (addr.clone(), format!("c{round}-{i}"));
+                std::thread::spawn(move || {
+                    let body = format!(r#"{{"workflow": "review", "thread_id": "{id}"}}"#);
+                    let status =
+                        std::panic::catch_unwind(|| call(&addr, "POST", "/threads", &body).0);
+                    (id, status.ok())
+                })
+            })
+            .collect();
+        let firsts: Vec<_> = inputs
+            .iter()
+            .map(|id| {
+                let (addr, id) = (addr.clone(), id.clone());
+                std::thread::spawn(move || {
+                    let _ = std::panic::catch_unwind(|| {
+                        call(
+                            &addr,
+                            "POST",
+                            &format!("/threads/{id}/runs"),
+                            r#"{"input": {"title": "Add retries"}}"#,
+                        )
+                    });
+                })
+            })
+            .collect();
         let senders: Vec<_> = ids
             .iter()
             .map(|id| {
@@ -168,7 +203,17 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
         for s in senders {
             let _ = s.join();
         }
+        for f in firsts {
+            let _ = f.join();
+        }
+        for c in creates {
+            let (id, status) = c.join().unwrap();
+            if status == Some(201) {
+                acknowledged_creates.push(id);
+            }
+        }
         all.extend(ids);
+        all_inputs.extend(inputs);
     }
 
     let (mut child, addr) = start(&db);
@@ -213,7 +258,65 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
         let (_, s) = call(&addr, "GET", &format!("/threads/{id}/state"), "");
         assert_eq!(s["values"]["decision"], "approved", "{id}: {s}");
     }
-    eprintln!("after {rounds} kills with {per_round} resumes in flight: {seen:?}");
+    // Every create answered 201 before the kill is there.
+    for id in &acknowledged_creates {
+        assert_eq!(
+            call(&addr, "GET", &format!("/threads/{id}"), "").0,
+            200,
+            "{id} lost"
+        );
+    }
+    // Every thread whose first input was in flight can be taken to the end: from no run yet,
+    // from its review question, or continued from where its process died.
+    let mut first_seen = std::collections::BTreeMap::<String, usize>::new();
+    for id in &all_inputs {
+        let (st, t) = call(&addr, "GET", &format!("/threads/{id}"), "");
+        assert_eq!(st, 200, "{id}");
+        let status = t["status"].as_str().unwrap_or("?").to_string();
+        *first_seen.entry(status.clone()).or_default() += 1;
+        let runs = format!("/threads/{id}/runs");
+        match status.as_str() {
+            "idle" => {
+                let (st, out) = call(
+                    &addr,
+                    "POST",
+                    &runs,
+                    r#"{"input": {"title": "Add retries"}}"#,
+                );
+                assert_eq!(
+                    (st, out["status"].as_str()),
+                    (200, Some("interrupted")),
+                    "{id}: {out}"
+                );
+            }
+            "orphaned" => {
+                let (st, out) = call(&addr, "POST", &runs, "");
+                assert_eq!(
+                    (st, out["status"].as_str()),
+                    (200, Some("interrupted")),
+                    "{id}: {out}"
+                );
+            }
+            "interrupted" => {}
+            other => panic!("{id}: unexpected status {other}: {t}"),
+        }
+        let (st, out) = call(
+            &addr,
+            "POST",
+            &runs,
+            r#"{"command": {"resume": "approve"}}"#,
+        );
+        assert_eq!(
+            (st, out["status"].as_str()),
+            (200, Some("done")),
+            "{id}: {out}"
+        );
+    }
+    eprintln!(
+        "after {rounds} kills with {per_round} resumes, 10 first inputs and 10 creates in flight: \
+         resumed threads {seen:?}, first-input threads {first_seen:?}, {} creates acknowledged",
+        acknowledged_creates.len()
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }
