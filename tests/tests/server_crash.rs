@@ -120,7 +120,11 @@ fn call(addr: &str, method: &str, path: &str, body: &str) -> (u16, serde_json::V
 async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
     let root = tempfile::tempdir().unwrap();
     let db = root.path().join("db");
-    let rounds = 5;
+    // scripts/crash-long.sh raises the number of kills (FERROGRAPH_SERVER_KILLS).
+    let rounds = std::env::var("FERROGRAPH_SERVER_KILLS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(5);
     let per_round = 20;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut all = Vec::new();

@@ -276,8 +276,15 @@ fn killed_after_each_of_five_tools_every_investigation_resumes_to_the_same_end()
         "recommendation_tool",
         "rule_draft_tool",
     ];
-    for after in 1..=5 {
-        let thread = format!("inv-k{after}");
+    // scripts/crash-long.sh repeats the five kill points (FERROGRAPH_KILL_ROUNDS rounds).
+    let rounds = std::env::var("FERROGRAPH_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1);
+    let mut threads = Vec::new();
+    for (round, after) in (0..rounds).flat_map(|r| (1..=5).map(move |a| (r, a))) {
+        let thread = format!("inv-r{round}-k{after}");
+        threads.push(thread.clone());
         assert!(
             kill_after_tools(dir.path(), &thread, &tx, after),
             "kill point {after} was never reached"
@@ -314,11 +321,10 @@ fn killed_after_each_of_five_tools_every_investigation_resumes_to_the_same_end()
     // One audit entry per investigation, however often it was killed.
     let out = run(dir.path(), &["fraud", "audit"]);
     let audit = text(&out);
-    for after in 1..=5 {
-        let thread = format!("inv-k{after}");
+    for thread in &threads {
         let completed = audit
             .lines()
-            .filter(|l| l.contains(&thread) && l.contains("investigation_completed"))
+            .filter(|l| l.contains(thread.as_str()) && l.contains("investigation_completed"))
             .count();
         assert_eq!(completed, 1, "{thread}: {audit}");
     }

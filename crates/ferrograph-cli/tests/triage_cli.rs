@@ -153,8 +153,13 @@ fn killed_at_five_points_without_a_model_every_triage_resumes_to_the_uninterrupt
         ("writer", 1),
         ("publish", 1),
     ];
-    for (node, nth) in points {
-        let thread = format!("tri-{node}-{nth}");
+    // scripts/crash-long.sh repeats them (FERROGRAPH_KILL_ROUNDS rounds).
+    let rounds = std::env::var("FERROGRAPH_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1);
+    for (round, (node, nth)) in (0..rounds).flat_map(|r| points.iter().map(move |p| (r, *p))) {
+        let thread = format!("tri-r{round}-{node}-{nth}");
         let out_dir = dir.path().join(&thread);
         let mut child = triage(&thread, &out_dir)
             .stdout(Stdio::piped())
