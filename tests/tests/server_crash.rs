@@ -88,6 +88,15 @@ async fn acknowledged_creates_and_deletes_survive_a_sigkill_right_after_the_answ
     }
 }
 
+/// POSTs `body` to `path` on its own thread; the status, or `None` when the server died
+/// before it answered.
+fn in_flight(addr: &str, path: String, body: String) -> std::thread::JoinHandle<Option<u16>> {
+    let addr = addr.to_string();
+    std::thread::spawn(move || {
+        std::panic::catch_unwind(|| call(&addr, "POST", &path, &body).0).ok()
+    })
+}
+
 /// Sends a request and returns status and body (JSON or empty).
 fn call(addr: &str, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -157,45 +166,23 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
         // Creates, first inputs and resumes all at once, then the kill a few milliseconds in.
         let creates: Vec<_> = (0..10)
             .map(|i| {
-                let (addr, id) = (addr.clone(), format!("c{round}-{i}"));
-                std::thread::spawn(move || {
-                    let body = format!(r#"{{"workflow": "review", "thread_id": "{id}"}}"#);
-                    let status =
-                        std::panic::catch_unwind(|| call(&addr, "POST", "/threads", &body).0);
-                    (id, status.ok())
-                })
+                let id = format!("c{round}-{i}");
+                let body = format!(r#"{{"workflow": "review", "thread_id": "{id}"}}"#);
+                (id, in_flight(&addr, "/threads".into(), body))
             })
             .collect();
         let firsts: Vec<_> = inputs
             .iter()
             .map(|id| {
-                let (addr, id) = (addr.clone(), id.clone());
-                std::thread::spawn(move || {
-                    let _ = std::panic::catch_unwind(|| {
-                        call(
-                            &addr,
-                            "POST",
-                            &format!("/threads/{id}/runs"),
-                            r#"{"input": {"title": "Add retries"}}"#,
-                        )
-                    });
-                })
+                let input = r#"{"input": {"title": "Add retries"}}"#;
+                in_flight(&addr, format!("/threads/{id}/runs"), input.into())
             })
             .collect();
         let senders: Vec<_> = ids
             .iter()
             .map(|id| {
-                let (addr, id) = (addr.clone(), id.clone());
-                std::thread::spawn(move || {
-                    let _ = std::panic::catch_unwind(|| {
-                        call(
-                            &addr,
-                            "POST",
-                            &format!("/threads/{id}/runs"),
-                            r#"{"command": {"resume": "approve"}}"#,
-                        )
-                    });
-                })
+                let resume = r#"{"command": {"resume": "approve"}}"#;
+                in_flight(&addr, format!("/threads/{id}/runs"), resume.into())
             })
             .collect();
         seed ^= seed << 13;
@@ -210,9 +197,8 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
         for f in firsts {
             let _ = f.join();
         }
-        for c in creates {
-            let (id, status) = c.join().unwrap();
-            if status == Some(201) {
+        for (id, c) in creates {
+            if c.join().unwrap() == Some(201) {
                 acknowledged_creates.push(id);
             }
         }

@@ -4,6 +4,7 @@
 
 pub mod maintenance;
 mod memory;
+mod open;
 mod sled;
 
 pub use self::sled::{
@@ -11,3 +12,4 @@ pub use self::sled::{
     WRITES_TREE,
 };
 pub use memory::MemorySaver;
+pub use open::{is_lock_error, open_sled};

@@ -66,6 +66,9 @@ pub const THREADS_TREE: &str = "ferrograph/threads/v1";
 /// version lives inside the checkpoint payload, which is sealed separately.
 pub(crate) const STORE_SCHEMA: u32 = 1;
 
+/// How long opening a store waits for the lock of a handle that is still closing.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Name used in [`CheckpointError::Corrupt`] for a damaged thread record.
 pub const THREAD_RECORD: &str = "(thread record)";
 
@@ -141,6 +144,18 @@ fn registry() -> &'static Registry {
 
 fn backend(message: impl Into<String>, e: sled::Error) -> CheckpointError {
     CheckpointError::backend(message, e)
+}
+
+/// A failed sled transaction (storage error, or an abort, which these transactions never ask
+/// for) as a backend error about `what`.
+fn transaction_failed(what: &str, e: TransactionError<()>) -> CheckpointError {
+    match e {
+        TransactionError::Storage(e) => backend(format!("could not {what}"), e),
+        TransactionError::Abort(()) => CheckpointError::Backend {
+            message: format!("the transaction to {what} was aborted"),
+            source: None,
+        },
+    }
 }
 
 fn no_nul(kind: &str, id: &str) -> Result<(), CheckpointError> {
@@ -237,12 +252,11 @@ impl SledSaver {
 
     fn open_uncached(path: &Path) -> Result<SledSaver, CheckpointError> {
         let started = Instant::now();
-        // The previous instance of this path may still be closing on another thread (sled
-        // releases its file lock when its last handle is gone); wait for it briefly.
-        let mut attempt = 0u32;
         let mut conf_reset = false;
         let db = loop {
-            match sled::Config::new().path(path).open() {
+            // The previous instance of this path may still be closing on another thread:
+            // wait for it briefly.
+            match crate::open_sled(path, LOCK_WAIT) {
                 Ok(db) => break db,
                 // sled writes its `conf` file in two unsynchronized writes when it creates a
                 // database; a process killed in between leaves a damaged `conf` and no `db`
@@ -262,12 +276,6 @@ impl SledSaver {
                             e,
                         )
                     })?;
-                }
-                Err(sled::Error::Io(e))
-                    if e.to_string().contains("could not acquire lock") && attempt < 200 =>
-                {
-                    attempt += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(10));
                 }
                 Err(e) => {
                     return Err(backend(
@@ -438,13 +446,7 @@ impl SledSaver {
                 w.apply_batch(&ws)?;
                 Ok::<(), ConflictableTransactionError<()>>(())
             });
-        result.map_err(|e| match e {
-            TransactionError::Storage(e) => backend("could not delete", e),
-            TransactionError::Abort(()) => CheckpointError::Backend {
-                message: "delete transaction aborted".into(),
-                source: None,
-            },
-        })?;
+        result.map_err(|e| transaction_failed("delete", e))?;
         self.written.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -502,13 +504,7 @@ impl CheckpointSaver for SledSaver {
                 t.insert(key, record.as_slice())?;
                 Ok::<(), ConflictableTransactionError<()>>(())
             });
-        result.map_err(|e| match e {
-            TransactionError::Storage(e) => backend("could not store writes and thread record", e),
-            TransactionError::Abort(()) => CheckpointError::Backend {
-                message: "writes-and-record transaction aborted".into(),
-                source: None,
-            },
-        })?;
+        result.map_err(|e| transaction_failed("store writes and thread record", e))?;
         self.count_writes(writes.len(), bytes);
         self.counters.thread_records.fetch_add(1, Ordering::Relaxed);
         self.wrote(key, &record);

@@ -552,19 +552,20 @@ fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
                 }
             })
     };
+    let settings = |llm, fallback_llm| ferrograph::WorkflowSettings {
+        data_dir: config.data_dir.clone(),
+        max_steps: config
+            .max_steps_set
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        run_timeout: config.run_timeout,
+        tool_timeout: config.tool_timeout,
+        llm,
+        fallback_llm,
+    };
     // `none` asks for no chat model: every model-driven step takes its deterministic path.
     let none = |v: Option<String>| v.is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
     if none(lookup("FERROGRAPH_DEFAULT_MODEL")) || none(std::env::var("FERROGRAPH_MODEL").ok()) {
-        return Ok(ferrograph::WorkflowSettings {
-            data_dir: config.data_dir.clone(),
-            max_steps: config
-                .max_steps_set
-                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-            run_timeout: config.run_timeout,
-            tool_timeout: config.tool_timeout,
-            llm: None,
-            fallback_llm: None,
-        });
+        return Ok(settings(None, None));
     }
     let provider = ferrograph_llm::Provider::from_lookup(lookup);
     // A model the user named (a path, a manifest name, FERROGRAPH_MODEL, a remote server)
@@ -605,16 +606,7 @@ fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
             Some(model)
         }
     };
-    Ok(ferrograph::WorkflowSettings {
-        data_dir: config.data_dir.clone(),
-        max_steps: config
-            .max_steps_set
-            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-        run_timeout: config.run_timeout,
-        tool_timeout: config.tool_timeout,
-        llm,
-        fallback_llm,
-    })
+    Ok(settings(llm, fallback_llm))
 }
 
 fn read_input(path: &str) -> Result<String> {

@@ -46,39 +46,13 @@ fn sigkill_mid_investigation_then_resume_completes_without_rerunning_tools() {
     // Start, slowed down between tools, and kill it once the step that ran similarity_tool
     // is committed: the next tool step has started (and waits on the delay). A tool whose
     // step was not committed yet is run again on resume, by design.
-    let mut child = cmd(dir.path())
-        .args([
-            "run",
-            "fraud",
-            "--thread",
-            "inv-kill",
-            "--stream",
-            "--transaction",
-            &tx,
-        ])
-        .env("FERROGRAPH_FRAUD_TOOL_DELAY_MS", "700")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        if line.contains("\"tool_end\"") {
-            seen.push(line.clone());
-        } else if seen.len() == 3 && line.contains("▶ tool_executor") {
-            // SIGKILL: no chance to clean up.
-            child.kill().unwrap();
-            break;
-        }
-    }
-    let status = child.wait().unwrap();
-    assert!(!status.success(), "the run was killed");
+    let killed = kill_after_tools(dir.path(), "inv-kill", &tx, 3, 700);
+    assert!(!killed.status.success(), "the run was killed");
     assert_eq!(
-        seen.len(),
+        killed.tool_ends.len(),
         3,
-        "context, pattern, similarity finished: {seen:?}"
+        "context, pattern, similarity finished: {:?}",
+        killed.tool_ends
     );
 
     let out = run(dir.path(), &["threads", "show", "inv-kill"]);
@@ -221,9 +195,27 @@ fn a_configured_model_that_cannot_be_used_fails_the_command_and_names_it() {
     }
 }
 
-/// Kills the investigation with SIGKILL once `after` tools have finished and the next tool
-/// step has started; returns whether the kill happened there.
-fn kill_after_tools(dir: &std::path::Path, thread: &str, tx: &str, after: usize) -> bool {
+/// What [`kill_after_tools`] saw.
+struct Killed {
+    /// Whether the kill point was reached (and the process killed there).
+    at_point: bool,
+    /// The `tool_end` events printed before the kill.
+    tool_ends: Vec<String>,
+    /// The process's exit status.
+    status: std::process::ExitStatus,
+}
+
+/// Runs an investigation slowed down by `delay_ms` between tools and kills it with SIGKILL
+/// (no chance to clean up) once `after` tools have finished and the next tool step has started:
+/// that step's predecessor is committed, and a tool whose step was not committed yet is run
+/// again on resume, by design.
+fn kill_after_tools(
+    dir: &std::path::Path,
+    thread: &str,
+    tx: &str,
+    after: usize,
+    delay_ms: u64,
+) -> Killed {
     let mut child = cmd(dir)
         .args([
             "run",
@@ -234,26 +226,30 @@ fn kill_after_tools(dir: &std::path::Path, thread: &str, tx: &str, after: usize)
             "--transaction",
             tx,
         ])
-        .env("FERROGRAPH_FRAUD_TOOL_DELAY_MS", "400")
+        .env("FERROGRAPH_FRAUD_TOOL_DELAY_MS", delay_ms.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let mut ended = 0;
-    let mut killed = false;
+    let mut tool_ends = Vec::new();
+    let mut at_point = false;
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap();
         if line.contains("\"tool_end\"") {
-            ended += 1;
-        } else if ended == after && line.contains("▶ tool_executor") {
+            tool_ends.push(line);
+        } else if tool_ends.len() == after && line.contains("▶ tool_executor") {
             child.kill().unwrap();
-            killed = true;
+            at_point = true;
             break;
         }
     }
-    let _ = child.wait();
-    killed
+    let status = child.wait().unwrap();
+    Killed {
+        at_point,
+        tool_ends,
+        status,
+    }
 }
 
 #[test]
@@ -286,7 +282,7 @@ fn killed_after_each_of_five_tools_every_investigation_resumes_to_the_same_end()
         let thread = format!("inv-r{round}-k{after}");
         threads.push(thread.clone());
         assert!(
-            kill_after_tools(dir.path(), &thread, &tx, after),
+            kill_after_tools(dir.path(), &thread, &tx, after, 400).at_point,
             "kill point {after} was never reached"
         );
         let out = run(dir.path(), &["threads", "show", &thread]);

@@ -13,7 +13,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Version of the store layout.
 const STORE_FORMAT: u32 = 1;
@@ -252,29 +252,19 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Opens the sled database at `path`, waiting up to [`LOCK_WAIT`] for a closing handle.
 fn open_sled(path: &Path) -> Result<sled::Db> {
-    let deadline = Instant::now() + LOCK_WAIT;
-    let mut pause = Duration::from_millis(2);
-    loop {
-        match sled::Config::new().path(path).open() {
-            Ok(db) => return Ok(db),
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                if Instant::now() >= deadline {
-                    return Err(IndexError::Locked {
-                        path: path.to_path_buf(),
-                        waited: LOCK_WAIT,
-                    });
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
+    ferrograph_checkpoint::open_sled(path, LOCK_WAIT).map_err(|source| {
+        if ferrograph_checkpoint::is_lock_error(&source) {
+            IndexError::Locked {
+                path: path.to_path_buf(),
+                waited: LOCK_WAIT,
             }
-            Err(source) => {
-                return Err(IndexError::Store {
-                    path: path.to_path_buf(),
-                    source,
-                })
+        } else {
+            IndexError::Store {
+                path: path.to_path_buf(),
+                source,
             }
         }
-    }
+    })
 }
 
 fn key(id: u64) -> [u8; 8] {

@@ -66,10 +66,11 @@ fn view_status(info: &ThreadInfo, active: bool) -> &'static str {
 
 fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
     let active = state.is_active(&info.thread_id);
+    let status = view_status(info, active);
     json!({
         "thread_id": info.thread_id,
         "workflow": info.graph,
-        "status": view_status(info, active),
+        "status": status,
         "active": active,
         "created_at_ms": info.created_at_ms,
         "updated_at_ms": info.updated_at_ms,
@@ -77,7 +78,7 @@ fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
         "error": info.error,
         "interrupts": info.interrupts,
         "metadata": info.metadata,
-        "hint": (view_status(info, active) == "orphaned").then(|| format!(
+        "hint": (status == "orphaned").then(|| format!(
             "the process running this thread ended mid-run; POST /threads/{}/runs with no input (or `ferrograph resume {}`) continues it from its last checkpoint",
             info.thread_id, info.thread_id
         )),
@@ -94,7 +95,7 @@ async fn reconcile(state: &AppState, mut info: ThreadInfo) -> ThreadInfo {
         info.status,
         ThreadStatus::Interrupted | ThreadStatus::Running
     );
-    if !claims || state.is_active(&info.thread_id) {
+    if !claims || state.is_active(&info.thread_id) || state.was_reconciled(&info.thread_id) {
         return info;
     }
     let Ok(wf) = workflow_of(state, &info) else {
@@ -103,6 +104,10 @@ async fn reconcile(state: &AppState, mut info: ThreadInfo) -> ThreadInfo {
     let Ok(snap) = wf.get_state(&info.thread_id, None).await else {
         return info;
     };
+    // From here on this process writes the record and the checkpoints together (only a crash
+    // separates them), so one check per thread is enough: listing and reading threads do not
+    // load every checkpoint again.
+    state.mark_reconciled(&info.thread_id);
     let (status, interrupts) = if snap.interrupts.is_empty() {
         (ThreadStatus::Running, Vec::new())
     } else {
@@ -176,18 +181,12 @@ async fn healthz() -> Json<Value> {
 }
 
 async fn openapi(State(state): State<AppState>) -> Json<Value> {
-    let samples: Vec<(String, Value)> = state
-        .inner
-        .registry
-        .iter()
-        .map(|(name, entry)| (name.clone(), (entry.sample_input)()))
-        .collect();
-    let mut nodes: Vec<String> = state
-        .inner
-        .registry
-        .iter()
-        .flat_map(|(_, entry)| entry.workflow.info().nodes)
-        .collect();
+    let mut samples = Vec::new();
+    let mut nodes = Vec::new();
+    for (name, entry) in state.inner.registry.iter() {
+        samples.push((name.clone(), (entry.sample_input)()));
+        nodes.extend(entry.workflow.info().nodes);
+    }
     nodes.sort();
     nodes.dedup();
     Json(crate::openapi::document(&samples, &nodes))
@@ -433,12 +432,11 @@ struct UpdateState {
 async fn update_state(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    ApiJson(body): ApiJson<UpdateState>,
+    ApiJson(mut body): ApiJson<UpdateState>,
 ) -> Result<Json<Value>, ApiError> {
     let info = load_thread(&state, &id).await?;
     let entry = entry_of(&state, &info)?;
     let wf = entry.workflow.clone();
-    let mut body = body;
     if !body.values.is_object() {
         return Err(ApiError::invalid_body("`values` must be an object"));
     }

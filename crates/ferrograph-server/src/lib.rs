@@ -132,6 +132,8 @@ pub(crate) struct Inner {
     pub(crate) live: Mutex<HashMap<String, broadcast::Sender<Arc<LiveEvent>>>>,
     /// Threads with a run in progress through this server.
     pub(crate) active: Mutex<HashSet<String>>,
+    /// Threads whose record this process has checked against their newest checkpoint.
+    pub(crate) reconciled: Mutex<HashSet<String>>,
     /// Flips to true when the server shuts down, ending open event streams.
     pub(crate) closing: watch::Sender<bool>,
 }
@@ -160,6 +162,7 @@ impl AppState {
                 metrics: metrics::Metrics::new(),
                 live: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashSet::new()),
+                reconciled: Mutex::new(HashSet::new()),
                 closing,
             }),
         }

@@ -49,6 +49,15 @@ impl AppState {
         lock(&self.inner.active).contains(thread)
     }
 
+    /// Whether this process has already checked the thread's record against its checkpoint.
+    pub(crate) fn was_reconciled(&self, thread: &str) -> bool {
+        lock(&self.inner.reconciled).contains(thread)
+    }
+
+    pub(crate) fn mark_reconciled(&self, thread: &str) {
+        lock(&self.inner.reconciled).insert(thread.to_string());
+    }
+
     /// The thread's live channel, created if needed.
     pub(crate) fn live_sender(&self, thread: &str) -> broadcast::Sender<Arc<LiveEvent>> {
         let mut live = lock(&self.inner.live);

@@ -115,7 +115,10 @@ impl Shared {
         // Only the default folder is generated on first use; a folder the input names must
         // hold a dataset already.
         if !s.data_dir.is_empty() && !dir.is_dir() {
-            return Err(missing_data_dir(&dir));
+            return Err(NodeError::fatal(format!(
+                "the data folder {} does not exist (write a dataset there with `ferrograph fraud gen-data --out DIR`)",
+                dir.display()
+            )));
         }
         if let Some(r) = self
             .registries
@@ -131,13 +134,6 @@ impl Shared {
         }
         Ok(r)
     }
-}
-
-fn missing_data_dir(dir: &Path) -> NodeError {
-    NodeError::fatal(format!(
-        "the data folder {} does not exist (write a dataset there with `ferrograph fraud gen-data --out DIR`)",
-        dir.display()
-    ))
 }
 
 /// How the tool registry is made for a dataset folder (tests swap tools in).
@@ -230,13 +226,13 @@ async fn planner_node(
             view.investigation_id = id.clone();
             upd = upd.investigation_id(id);
         }
+        // Also refuses a named data folder that does not exist.
+        let registry = sh.registry(&view)?;
         if s.started_at.is_empty() {
             // An investigation of a transaction the dataset does not hold would "complete"
-            // with an audit entry about nothing: refuse it before any step.
+            // with an audit entry about nothing: refuse it before any step. (The dataset is
+            // loaded once per folder and process; the registry above opened it.)
             let dir = sh.data_dir(&view);
-            if !s.data_dir.is_empty() && !dir.is_dir() {
-                return Err(missing_data_dir(&dir));
-            }
             let data = data::FraudData::open(&dir).map_err(|e| NodeError::fatal(e.to_string()))?;
             if data.dataset.transaction(&s.transaction_id).is_none() {
                 return Err(NodeError::fatal(format!(
@@ -272,7 +268,6 @@ async fn planner_node(
         if s.status != status::IN_PROGRESS {
             upd = upd.status(status::IN_PROGRESS.to_string());
         }
-        let registry = sh.registry(&view)?;
         let tools: Vec<(String, String)> = registry
             .list()
             .into_iter()
