@@ -13,7 +13,10 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 
 # Disk is the scarce thing on CI machines (one run ran out during the test build): say how much
 # there is at each stage, so a failure there reads as what it is.
-disk() { echo "   disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target $(du -sh "$target_dir" 2>/dev/null | cut -f1)"; }
+# Each stage also prints the seconds since the script started, so a slow CI run shows where its
+# time went.
+started_at=$(date +%s)
+disk() { echo "   disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target $(du -sh "$target_dir" 2>/dev/null | cut -f1); $(( $(date +%s) - started_at )) s so far"; }
 disk
 
 echo "== cargo fmt --check"
@@ -21,9 +24,11 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+disk
 
 echo "== llama-cpp-python's OpenAI-compatible server, for the remote adapter's real-server test"
 bash scripts/setup-llama-server.sh
+disk
 
 echo "== cargo test"
 cargo test --workspace --all-targets
@@ -32,12 +37,15 @@ disk
 
 echo "== offline proof: the main job and the API tests in a network namespace with loopback only"
 bash scripts/offline-check.sh --smoke
+disk
 
 echo "== browser test of the web console (headless chromium)"
 bash scripts/browser-test.sh
+disk
 
 echo "== API fuzzing (schemathesis against /openapi.json)"
 bash scripts/fuzz-api.sh
+disk
 
 # FERROGRAPH_TEST_PRUNE=1 (set by .ci/run) drops the debug build before the CUDA check, which
 # builds into its own target directory: nothing after this point uses it.
