@@ -5,7 +5,12 @@
 # failure the code would have absorbed.
 #
 #   scripts/offline-check.sh           the whole test suite and the main job (scripts/triage.sh)
-#   scripts/offline-check.sh --smoke   the main job on the debug CLI and the HTTP API tests (CI)
+#   scripts/offline-check.sh --smoke   the HTTP API tests, and the main job from a bundle (CI)
+#
+# Both modes make an air-gapped bundle outside the namespace (`ferrograph bundle create`: the
+# CLI, release or debug, and the default models), and inside install it with `ferrograph bundle
+# install` into a fresh folder and run the main job from the installed binary, from a folder
+# outside the checkout with an empty home.
 #
 # What needs a registry happens before the namespace is entered and is named as it happens:
 # building, fetching the default models, and (full run) the llama-cpp-python server and the
@@ -95,17 +100,43 @@ if [ -z "$(violations "$work/canary.trace")" ]; then
     exit 1
 fi
 
+# The commands that install the bundle at $work/ferrograph.tar.gz with binary $1 and run the
+# main job from the install: verify, install into $work/opt, check that the installed binary
+# finds its models in the install (not in this checkout), triage the fixture copied elsewhere.
+bundle_run() {
+    local fixture="$PWD/tests/fixtures/triage" bin
+    bin="$(realpath "$1")"
+    # A subshell: the home and folder changes end with it (cargo and rustup need the real home).
+    cat <<EOF
+        (
+        export HOME='$work/home'
+        unset FERROGRAPH_HOME FERROGRAPH_MODELS_DIR FERROGRAPH_CACHE_DIR
+        mkdir -p '$work/elsewhere' && cp -r '$fixture' '$work/elsewhere/'
+        cd '$work/elsewhere'
+        '$bin' bundle verify '$work/ferrograph.tar.gz'
+        '$bin' bundle install '$work/ferrograph.tar.gz' --prefix '$work/opt'
+        '$work/opt/bin/ferrograph' models verify smollm2-135m-instruct-q4_1 all-minilm-l6-v2 | tee '$work/verify.txt'
+        grep -q '^smollm2-135m-instruct-q4_1 *ok *$work/opt/models/' '$work/verify.txt'
+        '$work/opt/bin/ferrograph' --data-dir '$work/bundle-data' run triage --quiet \\
+            --issue triage/issue.md --repo triage/repo --docs triage/docs --out '$work/bundle-report'
+        test -s '$work/bundle-report/triage-report.md'
+        echo 'bundle: installed and ran the main job offline from $work/opt'
+        )
+EOF
+}
+
 echo "== preparing outside the namespace (needs the registries)"
 if [ "$mode" = smoke ]; then
     # The test build of scripts/test.sh (same features; it also builds the CLI binary), so
     # nothing is rebuilt after it.
     cargo test -q --workspace --all-targets --no-run
-    "$target_dir/debug/ferrograph" models fetch
-    inner="
-        '$target_dir/debug/ferrograph' --data-dir '$work/data' run triage --quiet \
-            --issue tests/fixtures/triage/issue.md --repo tests/fixtures/triage/repo \
-            --docs tests/fixtures/triage/docs --out '$work/report'
-        test -s '$work/report/triage-report.md'
+    bin="$target_dir/debug/ferrograph"
+    "$bin" models fetch
+    echo "== air-gapped bundle: the debug binary and the default models"
+    "$bin" bundle create --out "$work/ferrograph.tar.gz"
+    # Inside: the bundle is installed and the main job runs from the installed binary, in a
+    # folder outside the checkout, with a home of its own (nothing cached).
+    inner="$(bundle_run "$bin")
         cargo test -q --workspace --test server_api
     "
 else
@@ -116,11 +147,13 @@ else
     bash scripts/setup-llama-server.sh
     # The evaluation's smoke cases download three packages on first use; fetch them now.
     RUSTFLAGS= cargo test -q -p ferrograph-cli --test eval_cli
+    "$target_dir/release/ferrograph" bundle create --out "$work/ferrograph.tar.gz"
     inner="
         RUSTFLAGS= cargo test --workspace --all-targets
         bash scripts/triage.sh --issue tests/fixtures/triage/issue.md \
             --repo tests/fixtures/triage/repo --docs tests/fixtures/triage/docs --out '$work/report'
         test -s '$work/report/triage-report.md'
+        $(bundle_run "$target_dir/release/ferrograph")
     "
 fi
 

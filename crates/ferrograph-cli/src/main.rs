@@ -2,6 +2,7 @@
 
 mod backups;
 mod bench_workflow;
+mod bundle;
 mod config;
 mod eval;
 mod fraud;
@@ -177,6 +178,12 @@ enum Command {
     Eval {
         #[command(subcommand)]
         what: EvalCommand,
+    },
+    /// Air-gapped bundles: one archive with this binary, models and licences (create,
+    /// verify, install).
+    Bundle {
+        #[command(subcommand)]
+        what: bundle::BundleCommand,
     },
 }
 
@@ -1034,6 +1041,10 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
             return index::run(what, &config.data_dir).await;
         }
+        Command::Bundle { what } => {
+            bundle::run(what)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Fraud { what } => {
             let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
             fraud::run(what, &config.data_dir)?;
@@ -1214,7 +1225,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         | Command::Models { .. }
         | Command::Index { .. }
         | Command::Fraud { .. }
-        | Command::Eval { .. } => Ok(ExitCode::SUCCESS),
+        | Command::Eval { .. }
+        | Command::Bundle { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

