@@ -5,6 +5,7 @@
 pub mod maintenance;
 mod memory;
 mod open;
+pub mod salvage;
 mod sled;
 
 pub use self::sled::{

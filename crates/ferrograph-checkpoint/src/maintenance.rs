@@ -54,6 +54,17 @@ pub enum MaintenanceError {
         #[source]
         source: CodecError,
     },
+    /// Another process (or handle) has the store open.
+    #[error("store {0} is in use (a server or another command has it open); stop it first")]
+    InUse(PathBuf),
+    /// Nothing of a damaged store can be read, even without its snapshot.
+    #[error("store {path} cannot be salvaged: {reason}")]
+    Unsalvageable {
+        /// The store's directory.
+        path: PathBuf,
+        /// What sled said, with and without the snapshot.
+        reason: String,
+    },
     /// A restore's target already holds a store.
     #[error("{0} already exists and is not empty: restore into a new folder (move the old one aside first)")]
     TargetExists(PathBuf),

@@ -289,6 +289,17 @@ enum StoreCommand {
         /// A file written by `ferrograph store backup`.
         file: PathBuf,
     },
+    /// Reads what is still readable out of a damaged store (even one sled no longer opens)
+    /// into a new store, names what could not be saved, and puts the new store in place (the
+    /// damaged one is moved aside to `checkpoints.before-salvage-<time>`, never deleted).
+    Salvage {
+        /// Only report what would be saved and lost; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -423,7 +434,7 @@ impl App {
         let saver = SledSaver::open(config.checkpoint_dir())
             .with_context(|| {
                 format!(
-                    "opening {} (if it is damaged: `ferrograph store verify` says what is wrong, `ferrograph store restore BACKUP` brings a backup back)",
+                    "opening {} (if it is damaged: `ferrograph store verify` says what is wrong, `ferrograph store restore BACKUP` brings a backup back, `ferrograph store salvage` saves what is readable)",
                     config.checkpoint_dir().display()
                 )
             })?;
@@ -813,7 +824,7 @@ fn store_command(cli: &Cli, what: &StoreCommand) -> Result<ExitCode> {
     let open = || {
         SledSaver::open(&path).with_context(|| {
             format!(
-                "the store {} does not open; `ferrograph store restore BACKUP` replaces it with a backup (the damaged one is kept aside)",
+                "the store {} does not open; `ferrograph store restore BACKUP` replaces it with a backup, `ferrograph store salvage` saves what is still readable (the damaged one is kept aside either way)",
                 path.display()
             )
         })
@@ -860,6 +871,47 @@ fn store_command(cli: &Cli, what: &StoreCommand) -> Result<ExitCode> {
             ));
             Ok(ExitCode::SUCCESS)
         }
+        StoreCommand::Salvage { dry_run, json } => {
+            use ferrograph::checkpoint_savers::salvage;
+            // Never through sled: opening a store whose log is damaged can make sled cut the
+            // log at the damage, dropping what follows it.
+            let staging =
+                path.with_extension(format!("salvaging-{}", ferrograph::core::id::now_millis()));
+            let report = salvage::salvage(&path, &staging)?;
+            if *json {
+                print::line(serde_json::to_string_pretty(&report)?);
+            } else {
+                print_salvage(&report);
+            }
+            // With --json, standard output carries the report only; the rest goes to stderr.
+            let say = |text: String| {
+                if *json {
+                    eprintln!("{text}");
+                } else {
+                    print::line(text);
+                }
+            };
+            if *dry_run {
+                std::fs::remove_dir_all(&staging)
+                    .with_context(|| format!("removing {}", staging.display()))?;
+                say("dry run: nothing was changed".to_string());
+                return Ok(ExitCode::SUCCESS);
+            }
+            let aside = path.with_extension(format!(
+                "before-salvage-{}",
+                ferrograph::core::id::now_millis()
+            ));
+            std::fs::rename(&path, &aside)
+                .with_context(|| format!("moving {} aside", path.display()))?;
+            std::fs::rename(&staging, &path)
+                .with_context(|| format!("moving the salvaged store to {}", path.display()))?;
+            say(format!(
+                "the salvaged store is in place at {}; the damaged one is kept at {}",
+                path.display(),
+                aside.display()
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
         StoreCommand::Restore { file } => {
             // Read and check the backup before touching the current store.
             let staging =
@@ -884,6 +936,84 @@ fn store_command(cli: &Cli, what: &StoreCommand) -> Result<ExitCode> {
             ));
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Prints what `store salvage` saved and what it saw but could not save.
+fn print_salvage(r: &ferrograph::checkpoint_savers::salvage::SalvageReport) {
+    match &r.open_error {
+        None => print::line("the store opens; records that fail their checks are left out"),
+        Some(e) => print::line(format!(
+            "the store does not open ({e}); read {}",
+            if r.snapshot_dropped {
+                "without its snapshot, up to the first damaged message of its log"
+            } else {
+                "as it is"
+            }
+        )),
+    }
+    let with_record = r.threads.iter().filter(|t| t.status != "none").count();
+    print::line(format!(
+        "saved {} records: {} threads, {} checkpoints",
+        r.copied.records,
+        with_record,
+        r.threads.iter().map(|t| t.checkpoints).sum::<u64>()
+    ));
+    for t in &r.threads {
+        if let Some(missing) = &t.record_names_missing {
+            print::line(format!(
+                "  rolled back: {} names checkpoint {missing}, which was not saved; it is back at {}",
+                t.thread_id,
+                t.newest.as_ref().map_or("no checkpoint".to_string(), |(id, step)| format!("{id} (step {step})"))
+            ));
+        } else if t.newer_checkpoints_seen > 0 {
+            print::line(format!(
+                "  rolled back: {} has {} newer checkpoint(s) in the damaged files that were not saved",
+                t.thread_id, t.newer_checkpoints_seen
+            ));
+        }
+        if t.status == "none" {
+            print::line(format!(
+                "  {}: checkpoints saved but not its thread record",
+                t.thread_id
+            ));
+        }
+    }
+    if !r.lost_threads.is_empty() {
+        print::line(format!(
+            "seen in the damaged files but not saved ({} threads; may include threads deleted earlier):",
+            r.lost_threads.len()
+        ));
+        for t in &r.lost_threads {
+            print::line(format!(
+                "  {} ({}, {}, {} checkpoint(s) seen)",
+                t.thread_id,
+                t.graph.as_deref().unwrap_or("graph unknown"),
+                t.status.as_deref().unwrap_or("status unknown"),
+                t.checkpoints_seen
+            ));
+        }
+    }
+    for d in &r.damaged {
+        print::line(format!("  left out, fails its checks: {d}"));
+    }
+    for u in &r.unreadable {
+        print::line(format!("  unreadable: {u}"));
+    }
+    if r.dangling_writes > 0 {
+        print::line(format!(
+            "  {} pending write(s) left out: their checkpoint was not saved",
+            r.dangling_writes
+        ));
+    }
+    if r.damaged_seen > 0 {
+        print::line(format!(
+            "{} damaged record(s) in the files could not be read or named",
+            r.damaged_seen
+        ));
+    }
+    if !r.lost_anything() {
+        print::line("nothing seen in the damaged files is missing from the salvaged store");
     }
 }
 

@@ -27,7 +27,8 @@ use std::sync::Arc;
 pub const MAGIC: [u8; 4] = *b"FGCK";
 /// Version of the envelope and body layout.
 pub const FORMAT_VERSION: u16 = 1;
-const HEADER_LEN: usize = 4 + 2 + 4 + 4 + 4;
+/// Bytes of the envelope before the body: magic, format, schema, CRC-32, body length.
+pub const HEADER_LEN: usize = 4 + 2 + 4 + 4 + 4;
 
 /// Lifecycle status of a thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -386,8 +387,14 @@ enum GotoBody<S: State> {
     Send(SendTo<S>),
 }
 
+/// The most bytes one decode may claim for strings and vectors. A body that passes its CRC can
+/// still be read as the wrong type (salvage tries each type on every sealed value it finds):
+/// a timestamp read as a string's length must fail, not ask the allocator for a terabyte.
+const DECODE_LIMIT: usize = 1 << 30;
+
 fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
-    let (value, used) = bincode::serde::decode_from_slice(body, bincode_config())
+    let config = bincode_config().with_limit::<DECODE_LIMIT>();
+    let (value, used) = bincode::serde::decode_from_slice(body, config)
         .map_err(|e| CodecError::Decode(e.to_string()))?;
     if used != body.len() {
         return Err(CodecError::Decode(format!(
