@@ -1073,11 +1073,15 @@ impl Agents {
                 100,
                 |_| {},
                 sink.clone(),
-                |o: &FixOutput| checks_rc
-                    .problems_anchored(&o.suggested_fix, 6, anchors)
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
+                |o: &FixOutput| {
+                    let mut p = checks_rc.problems_anchored(&o.suggested_fix, 6, anchors);
+                    if let Some(phrase) =
+                        super::check::describes_instead_of_instructs(&o.suggested_fix)
+                    {
+                        p.push(super::check::Problem::NotAnInstruction(phrase));
+                    }
+                    p.iter().map(ToString::to_string).collect()
+                },
             ),
             ask_checked::<TicketOutput>(
                 llm,

@@ -33,6 +33,10 @@ pub enum Problem {
     /// The text names none of the code the evidence points at (a file, a function, an
     /// identifier): it could be about any bug.
     Ungrounded,
+    /// A suggested fix that describes a change instead of asking for one: its history ("was
+    /// implemented"), its benefits ("user-friendly") or what kind of thing it is ("a feature
+    /// of"), none of which anyone here can know and none of which says what to change.
+    NotAnInstruction(String),
 }
 
 impl std::fmt::Display for Problem {
@@ -49,6 +53,10 @@ impl std::fmt::Display for Problem {
             Problem::Ungrounded => {
                 write!(f, "names none of the files or functions in the evidence")
             }
+            Problem::NotAnInstruction(p) => write!(
+                f,
+                "says \"{p}\": describe what to change in the code, not the change's history or benefits"
+            ),
         }
     }
 }
@@ -219,6 +227,38 @@ impl CheckContext {
         }
         out
     }
+}
+
+/// Phrases by which a suggested fix describes a change rather than asking for one: its history,
+/// its benefits, or what kind of thing it is. Matched lowercase, as whole words.
+const DESCRIBING_PHRASES: &[&str] = &[
+    "was implemented",
+    "has been implemented",
+    "was introduced",
+    "has been introduced",
+    "was added",
+    "has been added",
+    "was fixed",
+    "has been fixed",
+    "is a feature",
+    "is a new feature",
+    "user-friendly",
+    "user friendly",
+    "improve the performance",
+    "improves the performance",
+    "improve performance",
+    "the suggested fix is",
+    "this fix is",
+];
+
+/// The first phrase by which `text` describes a change instead of asking for one (see
+/// [`DESCRIBING_PHRASES`]), if any.
+pub fn describes_instead_of_instructs(text: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    DESCRIBING_PHRASES
+        .iter()
+        .find(|p| contains_word(&lower, p))
+        .map(|p| (*p).to_string())
 }
 
 /// Whether `text` names one of `anchors` as a whole word: the anchor itself, its file name
@@ -586,6 +626,30 @@ const COMMON_CAPITALISED: &[&str] = &[
     "November",
     "December",
 ];
+
+#[cfg(test)]
+mod instruction_tests {
+    use super::describes_instead_of_instructs;
+
+    #[test]
+    fn a_fix_must_say_what_to_change() {
+        // SmolLM2's fix for MarkupSafe's striptags bug (a real public issue).
+        let filler = "The suggested fix is a feature of Python 3.9 that allows you to remove tags \
+            from a string using Markup.striptags. This fix was implemented to improve the \
+            performance of your application and make it more user-friendly.";
+        assert_eq!(
+            describes_instead_of_instructs(filler).as_deref(),
+            Some("was implemented")
+        );
+        for good in [
+            "Change `Markup.striptags` in src/markupsafe/__init__.py to remove comments and tags \
+             that span lines before collapsing whitespace.",
+            "Clamp the discounted total at zero in apply_discounts (ledgerlite/discounts.py).",
+        ] {
+            assert_eq!(describes_instead_of_instructs(good), None, "{good}");
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
