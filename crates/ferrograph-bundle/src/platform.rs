@@ -16,6 +16,15 @@ pub struct Platform {
     pub cpu_features: Vec<String>,
 }
 
+/// Calls `$m!` with the x86-64 features a bundle records and checks, in one list for both.
+macro_rules! with_x86_features {
+    ($m:ident $(, $arg:expr)?) => {
+        $m!($($arg,)? "sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c",
+            "bmi1", "bmi2", "lzcnt", "movbe", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+            "avx512cd", "avx512vnni", "avx512bf16", "avxvnni")
+    };
+}
+
 /// Lists the named target features that this build was compiled with.
 macro_rules! compiled_features {
     ($($name:tt),* $(,)?) => {{
@@ -25,48 +34,26 @@ macro_rules! compiled_features {
     }};
 }
 
+/// Whether the running CPU has feature `$f` (one of the names listed), `None` for a name this
+/// build cannot ask about.
+#[cfg(target_arch = "x86_64")]
+macro_rules! detect_x86 {
+    ($f:expr, $($name:tt),* $(,)?) => {
+        match $f {
+            $( $name => Some(std::arch::is_x86_feature_detected!($name)), )*
+            _ => None,
+        }
+    };
+}
+
 /// Lists the named features among `wanted` that the running CPU lacks.
 #[cfg(target_arch = "x86_64")]
 fn missing_on_this_cpu(wanted: &[String]) -> Vec<String> {
-    macro_rules! detect {
-        ($f:expr, $($name:tt),* $(,)?) => {
-            match $f {
-                $( $name => Some(std::arch::is_x86_feature_detected!($name)), )*
-                _ => None,
-            }
-        };
-    }
     wanted
         .iter()
-        .filter(|f| {
-            let found = detect!(
-                f.as_str(),
-                "sse3",
-                "ssse3",
-                "sse4.1",
-                "sse4.2",
-                "popcnt",
-                "avx",
-                "avx2",
-                "fma",
-                "f16c",
-                "bmi1",
-                "bmi2",
-                "lzcnt",
-                "movbe",
-                "avx512f",
-                "avx512bw",
-                "avx512vl",
-                "avx512dq",
-                "avx512cd",
-                "avx512vnni",
-                "avx512bf16",
-                "avxvnni",
-            );
-            // A feature this build cannot ask about is taken as missing: refusing is safer
-            // than a crash.
-            found != Some(true)
-        })
+        // A feature this build cannot ask about is taken as missing: refusing is safer than
+        // a crash.
+        .filter(|f| with_x86_features!(detect_x86, f.as_str()) != Some(true))
         .cloned()
         .collect()
 }
@@ -100,29 +87,7 @@ impl Platform {
     /// The platform of the running binary, as it was compiled.
     pub fn of_this_build() -> Self {
         #[cfg(target_arch = "x86_64")]
-        let cpu_features = compiled_features!(
-            "sse3",
-            "ssse3",
-            "sse4.1",
-            "sse4.2",
-            "popcnt",
-            "avx",
-            "avx2",
-            "fma",
-            "f16c",
-            "bmi1",
-            "bmi2",
-            "lzcnt",
-            "movbe",
-            "avx512f",
-            "avx512bw",
-            "avx512vl",
-            "avx512dq",
-            "avx512cd",
-            "avx512vnni",
-            "avx512bf16",
-            "avxvnni",
-        );
+        let cpu_features = with_x86_features!(compiled_features);
         #[cfg(target_arch = "aarch64")]
         let cpu_features = compiled_features!("dotprod", "fp16", "i8mm");
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

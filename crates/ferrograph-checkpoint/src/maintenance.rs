@@ -228,17 +228,23 @@ pub fn backup(db: &sled::Db, path: &Path, out: &Path) -> Result<CopySummary, Mai
     })
 }
 
-/// Writes the backup file `file` into a new store at `into` (a folder that does not exist or
-/// is empty), flushed before it returns.
-pub fn restore(file: &Path, into: &Path) -> Result<CopySummary, MaintenanceError> {
-    if into.exists()
+/// Refuses a target folder for a new store that exists and is not empty.
+pub(crate) fn ensure_new_target(into: &Path) -> Result<(), MaintenanceError> {
+    let used = into.exists()
         && std::fs::read_dir(into)
             .map_err(io_err(into))?
             .next()
-            .is_some()
-    {
+            .is_some();
+    if used {
         return Err(MaintenanceError::TargetExists(into.to_path_buf()));
     }
+    Ok(())
+}
+
+/// Writes the backup file `file` into a new store at `into` (a folder that does not exist or
+/// is empty), flushed before it returns.
+pub fn restore(file: &Path, into: &Path) -> Result<CopySummary, MaintenanceError> {
+    ensure_new_target(into)?;
     let bytes = std::fs::read(file).map_err(io_err(file))?;
     let trees: Vec<BackupTree> =
         decode(BACKUP_SCHEMA, &bytes).map_err(|source| MaintenanceError::BadBackup {

@@ -153,14 +153,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), MaintenanceError> {
 /// Salvages the store at `damaged` into a new store at `into` (a folder that does not exist or
 /// is empty). `damaged` is only read. See the module documentation for how.
 pub fn salvage(damaged: &Path, into: &Path) -> Result<SalvageReport, MaintenanceError> {
-    if into.exists()
-        && std::fs::read_dir(into)
-            .map_err(io_err(into))?
-            .next()
-            .is_some()
-    {
-        return Err(MaintenanceError::TargetExists(into.to_path_buf()));
-    }
+    crate::maintenance::ensure_new_target(into)?;
     if !damaged.is_dir() {
         return Err(MaintenanceError::Io {
             path: damaged.to_path_buf(),
