@@ -57,6 +57,7 @@ pub fn verify(archive: &Path) -> Result<Verified, BundleError> {
 /// when all of them matched. On any error nothing is installed (the staging folder is
 /// removed). Files of an earlier install that the bundle does not hold (another model) stay.
 pub fn install(archive: &Path, prefix: &Path) -> Result<Installed, BundleError> {
+    let created = !prefix.exists();
     std::fs::create_dir_all(prefix).map_err(|e| BundleError::io(prefix, e))?;
     let staging = prefix.join(format!(".bundle-staging-{}", std::process::id()));
     if staging.exists() {
@@ -67,6 +68,10 @@ pub fn install(archive: &Path, prefix: &Path) -> Result<Installed, BundleError> 
         if let Err(e) = std::fs::remove_dir_all(&staging) {
             tracing::warn!(path = %staging.display(), error = %e, "staging folder not removed");
         }
+    }
+    // A refused bundle leaves no trace, not even the folder made for it (removed only if empty).
+    if result.is_err() && created {
+        let _ = std::fs::remove_dir(prefix);
     }
     result
 }

@@ -326,6 +326,10 @@ fn install_damaged(
     let prefix = tmp.path().join("opt");
     let err = install(&archive, &prefix).expect_err("damaged bundle installed");
     assert_nothing_installed(&prefix);
+    assert!(
+        !prefix.exists(),
+        "the install folder made for a refused bundle was left"
+    );
     assert!(!tmp.path().join("evil").exists());
     if !matches!(
         err,

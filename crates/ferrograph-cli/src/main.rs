@@ -164,7 +164,7 @@ enum Command {
         #[command(subcommand)]
         what: index::IndexCommand,
     },
-    /// The checkpoint store (threads, checkpoints): verify, back up, restore.
+    /// The checkpoint store (threads, checkpoints): verify, back up, restore, salvage.
     Store {
         #[command(subcommand)]
         what: StoreCommand,
