@@ -2,7 +2,9 @@
 
 use crate::error::BundleError;
 use crate::licences;
-use crate::manifest::{bundle_path, BundleFile, BundleManifest, FORMAT, MANIFEST_NAME};
+use crate::manifest::{
+    bundle_path, BundleFile, BundleManifest, HashingReader, FORMAT, MANIFEST_NAME,
+};
 use crate::platform::Platform;
 use ferrograph_models::manifest::sha256_file;
 use ferrograph_models::Manifest;
@@ -55,8 +57,13 @@ pub struct Created {
 
 /// Where a packed file's contents come from.
 enum Source {
-    /// A file on disk, with the sha256 it must still have when it is packed.
-    File(PathBuf),
+    /// A file on disk, checked against the record's sha256 as it is packed; `model` names the
+    /// model it belongs to (its sha256 comes from the model manifest, not from a hash taken
+    /// earlier).
+    File {
+        path: PathBuf,
+        model: Option<String>,
+    },
     /// Bytes made here.
     Bytes(Vec<u8>),
 }
@@ -69,7 +76,7 @@ struct Item {
 
 impl Item {
     fn bytes(rel: &Path, bytes: Vec<u8>) -> Self {
-        let sha256 = hex(&Sha256::digest(&bytes));
+        let sha256 = ferrograph_fetch::hex(&Sha256::digest(&bytes));
         Self {
             record: BundleFile {
                 path: bundle_path(rel),
@@ -105,7 +112,10 @@ pub fn create(options: &CreateOptions) -> Result<Created, BundleError> {
             bytes: size,
             executable: true,
         },
-        source: Source::File(binary),
+        source: Source::File {
+            path: binary,
+            model: None,
+        },
     });
 
     let toml_path = manifest.dir.join("models.toml");
@@ -147,9 +157,7 @@ pub fn create(options: &CreateOptions) -> Result<Created, BundleError> {
                     f.bytes
                 )));
             }
-            if sha256_file(&path)? != f.sha256 {
-                return Err(not_ready("does not have the manifest's sha256"));
-            }
+            // Its sha256 is checked while it is packed (one read, not two).
             items.push(Item {
                 record: BundleFile {
                     path: bundle_path(&Path::new("models").join(&entry.name).join(&f.dest)),
@@ -157,7 +165,10 @@ pub fn create(options: &CreateOptions) -> Result<Created, BundleError> {
                     bytes: f.bytes,
                     executable: false,
                 },
-                source: Source::File(path),
+                source: Source::File {
+                    path,
+                    model: Some(name.clone()),
+                },
             });
         }
         for licence in licences::model_licences(entry) {
@@ -238,41 +249,45 @@ fn write_archive(out: &Path, bundle: &BundleManifest, items: &[Item]) -> Result<
         )?;
         for item in items {
             let r = &item.record;
-            match &item.source {
-                Source::Bytes(bytes) => {
-                    append(
-                        &mut tar,
-                        &tmp,
-                        &r.path,
-                        r.bytes,
-                        r.executable,
-                        bundle.created_unix,
-                        &mut bytes.as_slice(),
-                    )?;
-                }
-                Source::File(path) => {
-                    let file = std::fs::File::open(path).map_err(|e| BundleError::io(path, e))?;
-                    let mut reader = Checked {
-                        inner: file.take(r.bytes),
-                        hasher: Sha256::new(),
-                    };
-                    append(
-                        &mut tar,
-                        &tmp,
-                        &r.path,
-                        r.bytes,
-                        r.executable,
-                        bundle.created_unix,
-                        &mut reader,
-                    )?;
-                    if hex(&reader.hasher.finalize()) != r.sha256 {
-                        return Err(BundleError::Mismatch {
-                            archive: out.to_path_buf(),
-                            entry: r.path.clone(),
-                            reason: format!("{} changed while it was being packed", path.display()),
-                        });
-                    }
-                }
+            let source: Box<dyn Read> = match &item.source {
+                Source::Bytes(bytes) => Box::new(bytes.as_slice()),
+                Source::File { path, .. } => Box::new(
+                    std::fs::File::open(path)
+                        .map_err(|e| BundleError::io(path, e))?
+                        .take(r.bytes),
+                ),
+            };
+            let mut reader = HashingReader::new(source);
+            append(
+                &mut tar,
+                &tmp,
+                &r.path,
+                r.bytes,
+                r.executable,
+                bundle.created_unix,
+                &mut reader,
+            )?;
+            if reader.sha256() != r.sha256 {
+                return Err(match &item.source {
+                    Source::File {
+                        path,
+                        model: Some(name),
+                    } => BundleError::ModelNotReady {
+                        name: name.clone(),
+                        file: path.clone(),
+                        problem: "does not have the manifest's sha256".into(),
+                    },
+                    Source::File { path, .. } => BundleError::Mismatch {
+                        archive: out.to_path_buf(),
+                        entry: r.path.clone(),
+                        reason: format!("{} changed while it was being packed", path.display()),
+                    },
+                    Source::Bytes(_) => BundleError::Mismatch {
+                        archive: out.to_path_buf(),
+                        entry: r.path.clone(),
+                        reason: "changed while it was being packed".into(),
+                    },
+                });
             }
         }
         let gz = tar.into_inner().map_err(|e| BundleError::io(&tmp, e))?;
@@ -308,23 +323,4 @@ fn append<W: Write>(
     header.set_gid(0);
     tar.append_data(&mut header, path, data)
         .map_err(|e| BundleError::io(archive, e))
-}
-
-/// A reader that hashes what passes through it.
-struct Checked<R> {
-    inner: R,
-    hasher: Sha256,
-}
-
-impl<R: Read> Read for Checked<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(buf.get(..n).unwrap_or_default());
-        Ok(n)
-    }
-}
-
-/// Lowercase hex of a digest.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1,11 +1,10 @@
 //! Checking and installing a bundle.
 
-use crate::create::hex;
 use crate::error::BundleError;
 use crate::manifest::{
-    install_path, BundleFile, BundleManifest, FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES,
+    install_path, BundleFile, BundleManifest, HashingReader, FORMAT, MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
 };
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -39,11 +38,10 @@ pub struct Installed {
 /// Reads the whole bundle and checks every file against its manifest (paths, sizes, sha256;
 /// none missing, none extra) without writing anything.
 pub fn verify(archive: &Path) -> Result<Verified, BundleError> {
-    let manifest = read_bundle(archive, &mut |_, _, reader| {
+    let manifest = read_bundle(archive, false, &mut |_, reader| {
         std::io::copy(reader, &mut std::io::sink()).map(|_| ())
     })?;
-    let runs_here = manifest.platform.same_target_as_this_machine()
-        && manifest.platform.missing_cpu_features().is_empty();
+    let runs_here = check_platform(archive, &manifest).is_ok();
     Ok(Verified {
         manifest,
         runs_here,
@@ -77,12 +75,7 @@ pub fn install(archive: &Path, prefix: &Path) -> Result<Installed, BundleError> 
 }
 
 fn install_via(archive: &Path, prefix: &Path, staging: &Path) -> Result<Installed, BundleError> {
-    let mut platform_checked = false;
-    let manifest = read_bundle(archive, &mut |manifest, rel, reader| {
-        if !platform_checked {
-            check_platform(archive, manifest).map_err(stop)?;
-            platform_checked = true;
-        }
+    let manifest = read_bundle(archive, true, &mut |rel, reader| {
         let path = staging.join(rel);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -91,8 +84,6 @@ fn install_via(archive: &Path, prefix: &Path, staging: &Path) -> Result<Installe
         std::io::copy(reader, &mut file)?;
         file.sync_all()
     })?;
-    // A bundle of no files never reached the check above.
-    check_platform(archive, &manifest)?;
     for f in &manifest.files {
         let rel = install_path(&f.path).map_err(|reason| unsafe_entry(archive, &f.path, reason))?;
         let from = staging.join(&rel);
@@ -131,7 +122,7 @@ fn check_platform(archive: &Path, manifest: &BundleManifest) -> Result<(), Bundl
         return Err(BundleError::WrongPlatform {
             archive: archive.to_path_buf(),
             bundle: p.label(),
-            here: format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS),
+            here: crate::platform::Platform::of_this_build().label(),
         });
     }
     let missing = p.missing_cpu_features();
@@ -179,30 +170,18 @@ fn mismatch(archive: &Path, entry: &str, reason: impl Into<String>) -> BundleErr
     }
 }
 
-/// What a sink does with one checked entry: gets the manifest, the entry's relative install
-/// path and a reader of its contents (which hashes what is read).
-type Sink<'a> = dyn FnMut(&BundleManifest, &Path, &mut dyn Read) -> std::io::Result<()> + 'a;
+/// What a sink does with one checked entry: gets the entry's relative install path and a
+/// reader of its contents (which hashes what is read).
+type Sink<'a> = dyn FnMut(&Path, &mut dyn Read) -> std::io::Result<()> + 'a;
 
-/// Error a sink returns to stop the read with a [`BundleError`] of its own.
-#[derive(Debug)]
-struct SinkStop(BundleError);
-
-impl std::fmt::Display for SinkStop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for SinkStop {}
-
-/// Wraps a [`BundleError`] for a sink to return; [`read_bundle`] unwraps it.
-fn stop(e: BundleError) -> std::io::Error {
-    std::io::Error::other(SinkStop(e))
-}
-
-/// Streams the archive: parses `bundle.json` (the first entry), checks its paths, then hands
-/// each following entry to `sink` and checks its size and sha256 against the manifest.
-fn read_bundle(archive: &Path, sink: &mut Sink<'_>) -> Result<BundleManifest, BundleError> {
+/// Streams the archive: parses `bundle.json` (the first entry), checks its paths (and, with
+/// `runnable`, that its binary runs here, before any file is read), then hands each following
+/// entry to `sink` and checks its size and sha256 against the manifest.
+fn read_bundle(
+    archive: &Path,
+    runnable: bool,
+    sink: &mut Sink<'_>,
+) -> Result<BundleManifest, BundleError> {
     let file = std::fs::File::open(archive).map_err(|e| BundleError::io(archive, e))?;
     let gz = flate2::read::GzDecoder::new(std::io::BufReader::new(file));
     let mut tar = tar::Archive::new(gz);
@@ -265,6 +244,9 @@ fn read_bundle(archive: &Path, sink: &mut Sink<'_>) -> Result<BundleManifest, Bu
         }
     }
 
+    if runnable {
+        check_platform(archive, &manifest)?;
+    }
     for entry in &mut entries {
         let entry = entry.map_err(|e| not_a_bundle(archive, format!("corrupt archive: {e}")))?;
         let name = entry
@@ -300,26 +282,11 @@ fn read_bundle(archive: &Path, sink: &mut Sink<'_>) -> Result<BundleManifest, Bu
                 format!("{declared} bytes, the manifest says {}", record.bytes),
             ));
         }
-        let mut reader = Hashing {
-            inner: entry.take(record.bytes + 1),
-            hasher: Sha256::new(),
-            bytes: 0,
-            failed: None,
-        };
-        if let Err(e) = sink(&manifest, &rel, &mut reader) {
-            if let Some(why) = reader.failed {
-                return Err(not_a_bundle(
-                    archive,
-                    format!("corrupt archive at `{name}`: {why}"),
-                ));
-            }
-            let kind = e.kind();
-            return Err(match e.into_inner() {
-                Some(inner) => match inner.downcast::<SinkStop>() {
-                    Ok(stop) => stop.0,
-                    Err(other) => BundleError::io(&rel, std::io::Error::new(kind, other)),
-                },
-                None => BundleError::io(&rel, std::io::Error::from(kind)),
+        let mut reader = HashingReader::new(entry.take(record.bytes + 1));
+        if let Err(e) = sink(&rel, &mut reader) {
+            return Err(match reader.failed {
+                Some(why) => not_a_bundle(archive, format!("corrupt archive at `{name}`: {why}")),
+                None => BundleError::io(&rel, e),
             });
         }
         // Whatever the sink left unread still counts.
@@ -332,7 +299,7 @@ fn read_bundle(archive: &Path, sink: &mut Sink<'_>) -> Result<BundleManifest, Bu
                 format!("{} bytes, the manifest says {}", reader.bytes, record.bytes),
             ));
         }
-        if hex(&reader.hasher.finalize()) != record.sha256 {
+        if reader.sha256() != record.sha256 {
             return Err(mismatch(
                 archive,
                 &name,
@@ -353,24 +320,4 @@ fn read_bundle(archive: &Path, sink: &mut Sink<'_>) -> Result<BundleManifest, Bu
         return Err(mismatch(archive, path, "missing from the archive"));
     }
     Ok(manifest)
-}
-
-/// A reader that hashes and counts what passes through it, and remembers a read error (a
-/// corrupt archive, as opposed to a failing sink).
-struct Hashing<R> {
-    inner: R,
-    hasher: Sha256,
-    bytes: u64,
-    failed: Option<String>,
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf).inspect_err(|e| {
-            self.failed = Some(e.to_string());
-        })?;
-        self.hasher.update(buf.get(..n).unwrap_or_default());
-        self.bytes += n as u64;
-        Ok(n)
-    }
 }

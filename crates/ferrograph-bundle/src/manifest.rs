@@ -55,6 +55,44 @@ impl BundleManifest {
     }
 }
 
+/// A reader that hashes and counts what passes through it, and remembers a read error (so a
+/// damaged source can be told from a failing writer).
+pub(crate) struct HashingReader<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+    /// Bytes read so far.
+    pub bytes: u64,
+    /// The read error, if one happened.
+    pub failed: Option<String>,
+}
+
+impl<R> HashingReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hasher: sha2::Digest::new(),
+            bytes: 0,
+            failed: None,
+        }
+    }
+
+    /// The sha256 of what was read, lowercase hex.
+    pub(crate) fn sha256(self) -> String {
+        ferrograph_fetch::hex(&sha2::Digest::finalize(self.hasher))
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf).inspect_err(|e| {
+            self.failed = Some(e.to_string());
+        })?;
+        sha2::Digest::update(&mut self.hasher, buf.get(..n).unwrap_or_default());
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
 /// The relative path a bundle path installs to, or why it is refused: it must be made of
 /// plain `/`-separated components (no `..`, `.`, empty, absolute, backslash or NUL parts, none
 /// starting with a dot) under one of [`TOP_FOLDERS`], with at least one component below it.

@@ -319,8 +319,8 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
     Ok(hex(&h.finalize()))
 }
 
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes` (a digest).
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

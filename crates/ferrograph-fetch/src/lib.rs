@@ -23,7 +23,7 @@ mod error;
 mod registry;
 mod unpack;
 
-pub use client::{sha256_file, Client, Progress, DEFAULT_PYPI_INDEX};
+pub use client::{hex, sha256_file, Client, Progress, DEFAULT_PYPI_INDEX};
 pub use error::FetchError;
 pub use registry::{
     crate_file, crate_file_checked, normalize_package_name, pypi_file, FileKind, RegistryFile,
