@@ -117,7 +117,7 @@ struct BackupTree {
     entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-fn printable(key: &[u8]) -> String {
+pub(crate) fn printable(key: &[u8]) -> String {
     String::from_utf8_lossy(key).replace('\0', "/")
 }
 
@@ -135,11 +135,57 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> MaintenanceError + '_ {
     }
 }
 
+/// A record of the store, decoded by the tree it is in.
+pub(crate) enum Record {
+    /// A thread record.
+    Thread(ThreadInfo),
+    /// A checkpoint.
+    Checkpoint(CheckpointRecord),
+    /// A pending write.
+    Write,
+    /// A value of another tree (sled's own, internal ones): holds no sealed value.
+    Other,
+}
+
+/// Decodes a value of the tree called `tree`, checking its seal.
+pub(crate) fn decode_record(tree: &[u8], value: &[u8]) -> Result<Record, CodecError> {
+    let schema = crate::sled::STORE_SCHEMA;
+    Ok(match tree {
+        t if t == THREADS_TREE.as_bytes() => Record::Thread(decode(schema, value)?),
+        t if t == CHECKPOINTS_TREE.as_bytes() => Record::Checkpoint(decode(schema, value)?),
+        t if t == WRITES_TREE.as_bytes() => {
+            decode::<PendingWrite>(schema, value)?;
+            Record::Write
+        }
+        _ => Record::Other,
+    })
+}
+
+/// Writes `trees` (name, key-value pairs) into a new store at `into`, flushed before it
+/// returns; counts the trees and records written.
+pub(crate) fn write_store<'a>(
+    into: &Path,
+    trees: impl IntoIterator<Item = (&'a [u8], &'a [(Vec<u8>, Vec<u8>)])>,
+) -> Result<CopySummary, MaintenanceError> {
+    let db = sled::open(into).map_err(store_err(into))?;
+    let mut summary = CopySummary::default();
+    for (name, entries) in trees {
+        let tree = db.open_tree(name).map_err(store_err(into))?;
+        for (k, v) in entries {
+            tree.insert(k.as_slice(), v.as_slice())
+                .map_err(store_err(into))?;
+            summary.records += 1;
+        }
+        summary.trees += 1;
+    }
+    db.flush().map_err(store_err(into))?;
+    Ok(summary)
+}
+
 /// Reads every record of every tree of `db` (the store at `path`) and names those that do not
 /// decode (checksum, length, format).
 pub fn verify(db: &sled::Db, path: &Path) -> Result<VerifyReport, MaintenanceError> {
     let mut report = VerifyReport::default();
-    let schema = crate::sled::STORE_SCHEMA;
     for name in db.tree_names() {
         let tree = db.open_tree(&name).map_err(store_err(path))?;
         let mut t = TreeReport {
@@ -155,15 +201,7 @@ pub fn verify(db: &sled::Db, path: &Path) -> Result<VerifyReport, MaintenanceErr
                 }
             };
             t.records += 1;
-            let ok = match name.as_ref() {
-                n if n == CHECKPOINTS_TREE.as_bytes() => {
-                    decode::<CheckpointRecord>(schema, &value).is_ok()
-                }
-                n if n == WRITES_TREE.as_bytes() => decode::<PendingWrite>(schema, &value).is_ok(),
-                n if n == THREADS_TREE.as_bytes() => decode::<ThreadInfo>(schema, &value).is_ok(),
-                // Other trees (sled's own, and internal ones) hold no sealed values.
-                _ => true,
-            };
+            let ok = decode_record(&name, &value).is_ok();
             if !ok {
                 t.damaged.push(printable(&key));
             }
@@ -251,20 +289,14 @@ pub fn restore(file: &Path, into: &Path) -> Result<CopySummary, MaintenanceError
             path: file.to_path_buf(),
             source,
         })?;
-    let db = sled::open(into).map_err(store_err(into))?;
-    let mut records = 0u64;
-    for t in &trees {
-        let tree = db.open_tree(&t.name).map_err(store_err(into))?;
-        for (k, v) in &t.entries {
-            tree.insert(k.as_slice(), v.as_slice())
-                .map_err(store_err(into))?;
-            records += 1;
-        }
-    }
-    db.flush().map_err(store_err(into))?;
+    let written = write_store(
+        into,
+        trees
+            .iter()
+            .map(|t| (t.name.as_slice(), t.entries.as_slice())),
+    )?;
     Ok(CopySummary {
-        trees: trees.len(),
-        records,
         bytes: bytes.len() as u64,
+        ..written
     })
 }

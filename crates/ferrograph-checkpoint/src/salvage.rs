@@ -17,10 +17,12 @@
 //! raw finds can include threads deleted before the damage (sled does not erase old log
 //! entries at once), so the report says "seen", not "lost for certain".
 
-use crate::maintenance::{CopySummary, MaintenanceError};
-use crate::sled::{CHECKPOINTS_TREE, STORE_SCHEMA, THREADS_TREE, WRITES_TREE};
+use crate::maintenance::{
+    decode_record, printable, write_store, CopySummary, MaintenanceError, Record,
+};
+use crate::sled::{STORE_SCHEMA, WRITES_TREE};
 use ferrograph_core::checkpoint::{
-    decode, CheckpointRecord, PendingWrite, ThreadInfo, HEADER_LEN as HEADER, MAGIC,
+    decode, CheckpointRecord, ThreadInfo, HEADER_LEN as HEADER, MAGIC,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,16 +138,14 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, sled::Error>) -> Result<T, String> {
 
 /// Copies the regular files of `from` (and its subfolders) into `to`.
 fn copy_tree(from: &Path, to: &Path) -> Result<(), MaintenanceError> {
-    std::fs::create_dir_all(to).map_err(io_err(to))?;
-    for entry in std::fs::read_dir(from).map_err(io_err(from))? {
-        let entry = entry.map_err(io_err(from))?;
-        let kind = entry.file_type().map_err(io_err(&entry.path()))?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target).map_err(io_err(&target))?;
+    let mut files = Vec::new();
+    list_files(from, &mut files)?;
+    for file in files {
+        let target = to.join(file.strip_prefix(from).unwrap_or(&file));
+        if let Some(dir) = target.parent() {
+            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         }
+        std::fs::copy(&file, &target).map_err(io_err(&target))?;
     }
     Ok(())
 }
@@ -213,7 +213,7 @@ pub fn salvage(damaged: &Path, into: &Path) -> Result<SalvageReport, Maintenance
     let mut kept: Vec<(Vec<u8>, Vec<Entry>)> = Vec::new();
     let mut threads: BTreeMap<String, ThreadInfo> = BTreeMap::new();
     let mut checkpoints: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    let mut writes: Vec<(Vec<u8>, Vec<u8>, String, String)> = Vec::new();
+    let mut writes: Vec<Entry> = Vec::new();
     let names = guarded(|| Ok(db.tree_names())).unwrap_or_default();
     for name in names {
         let label = String::from_utf8_lossy(&name).into_owned();
@@ -253,64 +253,33 @@ pub fn salvage(damaged: &Path, into: &Path) -> Result<SalvageReport, Maintenance
         };
         let mut good = Vec::with_capacity(entries.len());
         for (k, v) in entries {
-            let ok = match name.as_ref() {
-                n if n == THREADS_TREE.as_bytes() => match decode::<ThreadInfo>(STORE_SCHEMA, &v) {
-                    Ok(info) => {
-                        threads.insert(info.thread_id.clone(), info);
-                        true
-                    }
-                    Err(_) => false,
-                },
-                n if n == CHECKPOINTS_TREE.as_bytes() => {
-                    match decode::<CheckpointRecord>(STORE_SCHEMA, &v) {
-                        Ok(c) => {
-                            checkpoints
-                                .entry(c.thread_id.clone())
-                                .or_default()
-                                .insert(c.checkpoint_id.clone(), c.step);
-                            true
-                        }
-                        Err(_) => false,
-                    }
+            match decode_record(&name, &v) {
+                Ok(Record::Thread(info)) => {
+                    threads.insert(info.thread_id.clone(), info);
+                    good.push((k, v));
                 }
-                n if n == WRITES_TREE.as_bytes() => {
-                    match decode::<PendingWrite>(STORE_SCHEMA, &v) {
-                        Ok(_) => {
-                            // Key: thread \0 checkpoint \0 seq.
-                            let mut parts = k.splitn(3, |b| *b == 0);
-                            let thread = String::from_utf8_lossy(parts.next().unwrap_or_default())
-                                .into_owned();
-                            let checkpoint =
-                                String::from_utf8_lossy(parts.next().unwrap_or_default())
-                                    .into_owned();
-                            writes.push((k.clone(), v.clone(), thread, checkpoint));
-                            false // kept below, once the checkpoints are known
-                        }
-                        Err(_) => {
-                            report.damaged.push(format!(
-                                "{label}: {}",
-                                String::from_utf8_lossy(&k).replace('\0', "/")
-                            ));
-                            continue;
-                        }
-                    }
+                Ok(Record::Checkpoint(c)) => {
+                    checkpoints
+                        .entry(c.thread_id)
+                        .or_default()
+                        .insert(c.checkpoint_id, c.step);
+                    good.push((k, v));
                 }
-                _ => true,
-            };
-            if ok {
-                good.push((k, v));
-            } else if name.as_ref() != WRITES_TREE.as_bytes() {
-                report.damaged.push(format!(
-                    "{label}: {}",
-                    String::from_utf8_lossy(&k).replace('\0', "/")
-                ));
+                // Kept below, once it is known whether their checkpoint was saved.
+                Ok(Record::Write) => writes.push((k, v)),
+                Ok(Record::Other) => good.push((k, v)),
+                Err(_) => report.damaged.push(format!("{label}: {}", printable(&k))),
             }
         }
         kept.push((name.to_vec(), good));
     }
     // Pending writes only with their checkpoint.
     let mut good_writes = Vec::new();
-    for (k, v, thread, checkpoint) in writes {
+    for (k, v) in writes {
+        // Key: thread \0 checkpoint \0 seq.
+        let mut parts = k.splitn(3, |b| *b == 0);
+        let thread = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+        let checkpoint = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
         if checkpoints
             .get(&thread)
             .is_some_and(|c| c.contains_key(&checkpoint))
@@ -328,25 +297,7 @@ pub fn salvage(damaged: &Path, into: &Path) -> Result<SalvageReport, Maintenance
     }
     drop(db);
 
-    // Write the new store.
-    let new = sled::open(into).map_err(|source| MaintenanceError::Store {
-        path: into.to_path_buf(),
-        source,
-    })?;
-    let store_err = |source| MaintenanceError::Store {
-        path: into.to_path_buf(),
-        source,
-    };
-    for (name, entries) in &kept {
-        let tree = new.open_tree(name).map_err(store_err)?;
-        for (k, v) in entries {
-            tree.insert(k.as_slice(), v.as_slice()).map_err(store_err)?;
-            report.copied.records += 1;
-        }
-        report.copied.trees += 1;
-    }
-    new.flush().map_err(store_err)?;
-    drop(new);
+    report.copied = write_store(into, kept.iter().map(|(n, e)| (n.as_slice(), e.as_slice())))?;
 
     // What the damaged files show that was not saved.
     let seen = carve(damaged)?;
