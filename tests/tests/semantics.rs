@@ -466,10 +466,18 @@ async fn a_failed_step_applies_nothing_and_finished_siblings_do_not_rerun() {
         }
         other => panic!("unexpected {other}"),
     }
-    // Nothing of the failed step is in the state.
+    // Nothing of the failed step is in the checkpoint; the thread's current view (as in
+    // LangGraph) shows the finished sibling's pending write applied and only the failed task
+    // as next.
     let snap = runner.get_state("t1", None).await.unwrap();
-    assert_eq!(snap.values.log, vec!["input"]);
-    assert_eq!(snap.values.count, 0);
+    assert_eq!(snap.values.log, vec!["input", "ok"]);
+    assert_eq!(snap.next, vec!["flaky"]);
+    let bare = runner
+        .get_state("t1", Some(&snap.checkpoint_id))
+        .await
+        .unwrap();
+    assert_eq!(bare.values.log, vec!["input"]);
+    assert_eq!(bare.values.count, 0);
     assert_eq!(
         saver.get_thread("t1").await.unwrap().unwrap().status,
         ThreadStatus::Failed

@@ -624,6 +624,35 @@ pub fn open_interrupts(pending: &[PendingWrite]) -> Vec<(Interrupt, String, Stri
         .collect()
 }
 
+/// The pending writes of a paused checkpoint that still hold at a checkpoint written over it
+/// by an edit (`update_state`, or a command given as input), whose planned tasks are `next`:
+/// the outputs, interrupts, answers and subgraph states of tasks that are still planned (by
+/// id), and the marker of a stop at a static breakpoint (so that the edited thread continues
+/// past the breakpoint it stopped at instead of stopping there again). Static interrupts are
+/// kept while the nodes they stopped before are still planned. Errors are not kept: the edit
+/// may be what fixes them.
+pub fn carry_pending<S: State>(
+    pending: &[PendingWrite],
+    next: &[PlannedTask<S>],
+) -> Vec<PendingWrite> {
+    let planned = |task_id: &str| next.iter().any(|t| t.id == task_id);
+    pending
+        .iter()
+        .filter(|w| match &w.kind {
+            PendingKind::StaticInterrupt => true,
+            PendingKind::Interrupts(list) if w.task_id.is_empty() => {
+                list.iter().all(|i| i.static_ && planned(&i.task_id))
+            }
+            PendingKind::Output(_)
+            | PendingKind::Interrupts(_)
+            | PendingKind::Resume(_)
+            | PendingKind::Subgraph(_) => planned(&w.task_id),
+            PendingKind::Error(_) => false,
+        })
+        .cloned()
+        .collect()
+}
+
 /// Tracks the size of a thread's last full snapshot and the deltas written since, to decide
 /// when the next full snapshot is due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

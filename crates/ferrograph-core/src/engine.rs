@@ -286,8 +286,22 @@ impl<S: State> CompiledGraph<S> {
         })
     }
 
+    fn is_deferred(&self, node: &str) -> bool {
+        self.node_index(node)
+            .is_some_and(|i| self.spec().nodes[i].options.defer)
+    }
+
+    /// The tasks of `next` that run in the coming step: all of them, except that deferred
+    /// nodes' tasks wait while a task of a node that is not deferred is planned.
+    pub fn runnable<'a>(&self, next: &'a [PlannedTask<S>]) -> Vec<&'a PlannedTask<S>> {
+        let others = next.iter().any(|t| !self.is_deferred(&t.node));
+        next.iter()
+            .filter(|t| !others || !self.is_deferred(&t.node))
+            .collect()
+    }
+
     /// The barrier: merges the outputs of a completed step (given in plan order) and plans the
-    /// next one.
+    /// next one. Deferred tasks of `frame` that did not run stay planned.
     pub fn commit_step(
         &self,
         frame: &Frame<S>,
@@ -342,6 +356,7 @@ impl<S: State> CompiledGraph<S> {
 
         let checkpoint_id = ordered_id();
         let spec = self.spec();
+        let ran: Vec<String> = finished.iter().map(|f| f.task.id.clone()).collect();
         let mut planner = Planner::new(self);
         let mut joins = frame.joins.clone();
         joins.resize(spec.joins.len(), BTreeSet::new());
@@ -376,7 +391,22 @@ impl<S: State> CompiledGraph<S> {
                 planner.target(join.target);
             }
         }
-        let next = planner.finish(&checkpoint_id);
+        let mut next = planner.finish(&checkpoint_id);
+        // Deferred tasks that waited through this step wait on (with their ids, so nothing
+        // recorded for them is lost); one planned again is not planned twice.
+        let mut waited: Vec<PlannedTask<S>> = frame
+            .next
+            .iter()
+            .filter(|t| !ran.contains(&t.id) && self.is_deferred(&t.node))
+            .cloned()
+            .collect();
+        if !waited.is_empty() {
+            next.retain(|t| {
+                t.input.is_some() || !waited.iter().any(|w| w.input.is_none() && w.node == t.node)
+            });
+            waited.append(&mut next);
+            next = waited;
+        }
         Ok(StepCommit {
             frame: Frame {
                 checkpoint_id,
@@ -390,8 +420,62 @@ impl<S: State> CompiledGraph<S> {
         })
     }
 
+    /// A command given as a run's input (LangGraph's `Command(update=..., goto=...)`): merges
+    /// `update` into `frame`'s state as input and adds a task for every `goto` target to the
+    /// tasks already planned, which keep their ids (so their pending writes, interrupts and
+    /// resume values still apply). Nothing starts at START: with nothing planned and no `goto`,
+    /// nothing runs.
+    pub fn commit_command(
+        &self,
+        frame: &Frame<S>,
+        update: Option<S::Update>,
+        goto: Vec<Goto<S>>,
+    ) -> Result<StepCommit<S>, StepError> {
+        let mut state = frame.state.clone();
+        let mut writes = Vec::new();
+        if let Some(update) = update {
+            Arc::make_mut(&mut state)
+                .apply(update.clone())
+                .map_err(|source| StepError::Reducer {
+                    node: "__input__".into(),
+                    source,
+                })?;
+            writes.push(("__input__".to_string(), update));
+        }
+        let checkpoint_id = ordered_id();
+        let mut planner = Planner::new(self);
+        for g in goto {
+            planner.goto("__command__", g, None)?;
+        }
+        let mut next = frame.next.clone();
+        for task in planner.finish(&checkpoint_id) {
+            let planned_already = task.input.is_none()
+                && next
+                    .iter()
+                    .any(|t| t.input.is_none() && t.node == task.node);
+            if !planned_already {
+                next.push(task);
+            }
+        }
+        let mut joins = frame.joins.clone();
+        joins.resize(self.spec().joins.len(), BTreeSet::new());
+        Ok(StepCommit {
+            frame: Frame {
+                checkpoint_id,
+                parent_id: Some(frame.checkpoint_id.clone()),
+                step: frame.step,
+                state,
+                next,
+                joins,
+            },
+            writes,
+        })
+    }
+
     /// Applies `update` as if node `as_node` had written it (or as input if `None`), and plans
-    /// what would follow that node. Used to edit a thread's state from outside.
+    /// what would follow that node. Used to edit a thread's state from outside. Without a node
+    /// the planned tasks are kept as they are (ids included), so a paused thread can be edited
+    /// and then continued or resumed.
     pub fn commit_external_update(
         &self,
         frame: &Frame<S>,
@@ -400,10 +484,8 @@ impl<S: State> CompiledGraph<S> {
     ) -> Result<StepCommit<S>, StepError> {
         match as_node {
             None => {
-                let mut commit = self.plan_input(frame, Some(update))?;
                 // An update without a node keeps the pending tasks.
-                commit.frame.next = frame.next.clone();
-                Ok(commit)
+                self.commit_command(frame, Some(update), Vec::new())
             }
             Some(node) => {
                 if self.node_index(node).is_none() {

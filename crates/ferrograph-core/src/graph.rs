@@ -66,6 +66,10 @@ impl<S: State> From<Vec<Goto<S>>> for Route<S> {
 /// A conditional edge's decision function.
 pub type RouterFn<S> = Arc<dyn Fn(&S) -> Route<S> + Send + Sync>;
 
+/// A node's error handler: turns the node's failure (after its retries) into the node's
+/// output, from the error and the input the node was given.
+pub type ErrorHandlerFn<S> = Arc<dyn Fn(&NodeError, &S) -> NodeOutput<S> + Send + Sync>;
+
 /// What runs for a node.
 #[derive(Clone)]
 pub enum NodeKind<S: State> {
@@ -82,8 +86,10 @@ pub struct NodeSpec<S: State> {
     pub name: Arc<str>,
     /// Behaviour.
     pub kind: NodeKind<S>,
-    /// Options (retry, timeout, destinations).
+    /// Options (retry, timeout, destinations, deferral, cache).
     pub options: NodeOptions,
+    /// What the node's failure becomes instead of failing the step, if anything.
+    pub on_error: Option<ErrorHandlerFn<S>>,
 }
 
 /// A conditional edge.
@@ -217,6 +223,7 @@ impl<S: State> StateGraph<S> {
             name: name.into(),
             kind,
             options,
+            on_error: None,
         });
     }
 
@@ -351,6 +358,27 @@ impl<S: State> StateGraph<S> {
         let router: RouterFn<S> = Arc::new(move |s: &S| router(s).into());
         self.edges
             .push(EdgeSpec::Branch(from, Branch { router, path_map }));
+        self
+    }
+
+    /// Gives `node` an error handler: when the node fails after its retries, the handler's
+    /// output (an update, a `Command` with a goto, or nothing) becomes the node's output, and
+    /// the step commits as if the node had returned it; its siblings are neither cancelled nor
+    /// run again. Declare the handler's goto targets in the node's `destinations`.
+    pub fn on_error<H, O>(mut self, node: impl Into<String>, handler: H) -> Self
+    where
+        H: Fn(&NodeError, &S) -> O + Send + Sync + 'static,
+        O: Into<NodeOutput<S>>,
+    {
+        let node = node.into();
+        let handler: ErrorHandlerFn<S> = Arc::new(move |e: &NodeError, s: &S| handler(e, s).into());
+        match self.nodes.iter_mut().find(|n| *n.name == *node) {
+            Some(spec) => spec.on_error = Some(handler),
+            None => self.problems.push(GraphProblem::UnknownTarget {
+                from: "on_error".into(),
+                target: node,
+            }),
+        }
         self
     }
 

@@ -29,7 +29,8 @@ pub use message::{
     Message, MessageOp, MessagesUpdate, Role, TokenUsage, ToolCall, ToolSpec, ToolStatus,
 };
 pub use node::{
-    Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult, SendTo, END, START,
+    CachePolicy, Command, Goto, NodeContext, NodeError, NodeOptions, NodeOutput, NodeResult,
+    SendTo, END, START,
 };
 pub use retry::{RetryPolicy, Retryable};
 pub use state::{ReducerError, State, StateUpdate};
@@ -45,7 +46,7 @@ pub mod __private {
 pub mod prelude {
     pub use crate::message::{Message, MessageOp, MessagesUpdate, ToolCall, ToolSpec};
     pub use crate::node::{
-        Command, NodeContext, NodeError, NodeOptions, NodeOutput, SendTo, END, START,
+        CachePolicy, Command, NodeContext, NodeError, NodeOptions, NodeOutput, SendTo, END, START,
     };
     pub use crate::retry::RetryPolicy;
     pub use crate::state::{State, StateUpdate};

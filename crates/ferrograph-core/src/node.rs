@@ -348,6 +348,7 @@ pub struct NodeContext {
     resume: Vec<Json>,
     interrupt_counter: AtomicUsize,
     sink: Option<Arc<dyn EventSink>>,
+    remaining_steps: Option<u64>,
 }
 
 impl fmt::Debug for NodeContext {
@@ -360,6 +361,7 @@ impl fmt::Debug for NodeContext {
             .field("attempt", &self.attempt)
             .field("thread_id", &self.thread_id)
             .field("resume", &self.resume)
+            .field("remaining_steps", &self.remaining_steps)
             .finish()
     }
 }
@@ -383,6 +385,8 @@ pub struct NodeContextParts {
     pub resume: Vec<Json>,
     /// Event sink.
     pub sink: Option<Arc<dyn EventSink>>,
+    /// Supersteps the run may still take, counting the current one (`None`: no limit known).
+    pub remaining_steps: Option<u64>,
 }
 
 impl NodeContext {
@@ -398,6 +402,7 @@ impl NodeContext {
             resume: parts.resume,
             interrupt_counter: AtomicUsize::new(0),
             sink: parts.sink,
+            remaining_steps: parts.remaining_steps,
         }
     }
 
@@ -434,6 +439,13 @@ impl NodeContext {
     /// Attempt number, from 1 (greater after retries).
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Supersteps the run may still take before its step limit, counting the current one
+    /// (LangGraph's `RemainingSteps`): 1 means this is the last step the limit allows, so a
+    /// node can wrap up instead of routing into another round. `u64::MAX` outside a run.
+    pub fn remaining_steps(&self) -> u64 {
+        self.remaining_steps.unwrap_or(u64::MAX)
     }
 
     /// The thread the run belongs to.
@@ -553,6 +565,35 @@ pub struct NodeOptions {
     pub timeout: Option<Duration>,
     /// Nodes this node may go to with a [`Command`], for validation and reachability.
     pub destinations: Vec<String>,
+    /// Deferred: the node's task waits while any task of another node is planned, and runs in
+    /// the first step where nothing else is pending (LangGraph's `defer=True`), for example to
+    /// gather the results of branches of different lengths.
+    pub defer: bool,
+    /// Cache policy: a task whose node and input match an earlier successful task (within the
+    /// time to live) reuses its output instead of running.
+    pub cache: Option<CachePolicy>,
+}
+
+/// How a node's outputs are cached. The key is the node's name and its input (the state
+/// snapshot, or a `Send` payload); a task that is answering an interrupt is never cached.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// How long an entry is used; forever when unset.
+    pub ttl: Option<Duration>,
+}
+
+impl CachePolicy {
+    /// Entries are used forever (while the graph is loaded).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Entries are used for `ttl` after they were written.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
 }
 
 impl NodeOptions {
@@ -572,6 +613,20 @@ impl NodeOptions {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Defers the node: it runs only when nothing else is pending.
+    #[must_use]
+    pub fn defer(mut self) -> Self {
+        self.defer = true;
+        self
+    }
+
+    /// Caches the node's outputs under `policy`.
+    #[must_use]
+    pub fn cache(mut self, policy: CachePolicy) -> Self {
+        self.cache = Some(policy);
         self
     }
 

@@ -63,6 +63,14 @@ pub trait StateUpdate:
 
     /// Names of the fields this update sets.
     fn fields_set(&self) -> Vec<&'static str>;
+
+    /// Folds `later` into `self`, so that applying the result is the same as applying `self`
+    /// and then `later`. Gives `later` back unchanged when a field set in both has a rule that
+    /// cannot fold two writes into one (a custom function). Used to show a node's writes as one
+    /// update.
+    fn merge(&mut self, later: Self) -> Result<(), Self> {
+        Err(later)
+    }
 }
 
 /// A merge rule for a field of type `T`.
@@ -73,8 +81,18 @@ pub trait Reducer<T> {
     /// Whether a second write in the same superstep is a conflict (true for overwrite).
     const OVERWRITE: bool = false;
 
+    /// Whether [`Reducer::combine`] folds two writes into one.
+    const COMBINABLE: bool = false;
+
     /// Merges `update` into `current`.
     fn reduce(current: &mut T, update: Self::Update) -> Result<(), ReducerError>;
+
+    /// Folds a later write into an earlier one, so that reducing by the result is the same as
+    /// reducing by both in order. Called only when [`Reducer::COMBINABLE`] is true; the default
+    /// keeps the later write.
+    fn combine(earlier: &mut Self::Update, later: Self::Update) {
+        *earlier = later;
+    }
 }
 
 /// The default rule: the written value replaces the current one. Two writers in one superstep
@@ -88,6 +106,7 @@ where
 {
     type Update = T;
     const OVERWRITE: bool = true;
+    const COMBINABLE: bool = true;
 
     fn reduce(current: &mut T, update: T) -> Result<(), ReducerError> {
         *current = update;
@@ -104,10 +123,15 @@ where
     T: Clone + Debug + Send + Sync + Serialize + DeserializeOwned + 'static,
 {
     type Update = Vec<T>;
+    const COMBINABLE: bool = true;
 
     fn reduce(current: &mut Vec<T>, update: Vec<T>) -> Result<(), ReducerError> {
         current.extend(update);
         Ok(())
+    }
+
+    fn combine(earlier: &mut Vec<T>, later: Vec<T>) {
+        earlier.extend(later);
     }
 }
 
@@ -120,10 +144,15 @@ where
     T: AddAssign + Clone + Debug + Send + Sync + Serialize + DeserializeOwned + 'static,
 {
     type Update = T;
+    const COMBINABLE: bool = true;
 
     fn reduce(current: &mut T, update: T) -> Result<(), ReducerError> {
         *current += update;
         Ok(())
+    }
+
+    fn combine(earlier: &mut T, later: T) {
+        *earlier += later;
     }
 }
 
@@ -134,6 +163,11 @@ pub struct Messages;
 
 impl Reducer<Vec<Message>> for Messages {
     type Update = MessagesUpdate;
+    const COMBINABLE: bool = true;
+
+    fn combine(earlier: &mut MessagesUpdate, later: MessagesUpdate) {
+        earlier.0.extend(later.0);
+    }
 
     fn reduce(current: &mut Vec<Message>, update: MessagesUpdate) -> Result<(), ReducerError> {
         for op in update.0 {

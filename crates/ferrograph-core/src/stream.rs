@@ -155,8 +155,14 @@ pub enum TaskOutcome {
         /// Whether another attempt is scheduled.
         will_retry: bool,
     },
-    /// Its output was reused from a pending write of an earlier attempt of the same step.
+    /// Its output was reused from a pending write of an earlier attempt of the same step, or
+    /// from the node's cache.
     Cached,
+    /// It failed, and the node's error handler turned the failure into its output.
+    Handled {
+        /// Error text.
+        error: String,
+    },
 }
 
 /// One event of a run's stream.

@@ -180,6 +180,8 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
     let mut overwrite_arms = Vec::new();
     let mut empty_checks = Vec::new();
     let mut set_names = Vec::new();
+    let mut merge_checks = Vec::new();
+    let mut merge_arms = Vec::new();
     let mut field_names = Vec::new();
 
     for spec in &specs {
@@ -188,29 +190,53 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
         let fname = ident.to_string();
         let fname = fname.trim_start_matches("r#").to_string();
         field_names.push(fname.clone());
-        let (update_ty, apply, overwrite) = match &spec.rule {
+        let (update_ty, apply, overwrite, combinable, combine) = match &spec.rule {
             Rule::Builtin(rule) => {
                 let r = format_ident!("{}", rule);
+                let reducer = quote!(<#core::state::#r as #core::state::Reducer<#ty>>);
                 (
-                    quote!(<#core::state::#r as #core::state::Reducer<#ty>>::Update),
-                    quote!(<#core::state::#r as #core::state::Reducer<#ty>>::reduce(&mut self.#ident, v)),
-                    quote!(<#core::state::#r as #core::state::Reducer<#ty>>::OVERWRITE),
+                    quote!(#reducer::Update),
+                    quote!(#reducer::reduce(&mut self.#ident, v)),
+                    quote!(#reducer::OVERWRITE),
+                    quote!(#reducer::COMBINABLE),
+                    quote!(#reducer::combine(a, b)),
                 )
             }
-            Rule::Using(r) => (
-                quote!(<#r as #core::state::Reducer<#ty>>::Update),
-                quote!(<#r as #core::state::Reducer<#ty>>::reduce(&mut self.#ident, v)),
-                quote!(<#r as #core::state::Reducer<#ty>>::OVERWRITE),
-            ),
+            Rule::Using(r) => {
+                let reducer = quote!(<#r as #core::state::Reducer<#ty>>);
+                (
+                    quote!(#reducer::Update),
+                    quote!(#reducer::reduce(&mut self.#ident, v)),
+                    quote!(#reducer::OVERWRITE),
+                    quote!(#reducer::COMBINABLE),
+                    quote!(#reducer::combine(a, b)),
+                )
+            }
             Rule::With { func, update } => {
                 let u = update.as_ref().map(|u| quote!(#u)).unwrap_or(quote!(#ty));
                 (
                     u,
                     quote!({ #func(&mut self.#ident, v); ::core::result::Result::Ok(()) }),
                     quote!(false),
+                    quote!(false),
+                    quote!({
+                        *a = b;
+                    }),
                 )
             }
         };
+        merge_checks.push(quote! {
+            if !(#combinable) && self.#ident.is_some() && later.#ident.is_some() {
+                return ::core::result::Result::Err(later);
+            }
+        });
+        merge_arms.push(quote! {
+            match (&mut self.#ident, later.#ident) {
+                (::core::option::Option::Some(a), ::core::option::Option::Some(b)) => #combine,
+                (slot, ::core::option::Option::Some(b)) => *slot = ::core::option::Option::Some(b),
+                (_, ::core::option::Option::None) => {}
+            }
+        });
         let doc = format!("Update for field `{fname}`.");
         update_fields.push(quote! {
             #[doc = #doc]
@@ -275,6 +301,12 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
                 let mut out = ::std::vec::Vec::new();
                 #(#set_names)*
                 out
+            }
+            #[allow(unused_variables)]
+            fn merge(&mut self, later: Self) -> ::core::result::Result<(), Self> {
+                #(#merge_checks)*
+                #(#merge_arms)*
+                ::core::result::Result::Ok(())
             }
         }
 

@@ -21,7 +21,7 @@ use ferrograph_core::id::stable_hash;
 use ferrograph_core::json::Json;
 use ferrograph_core::node::{interrupt_id, CommandTarget, NodeContextParts, NodeError, NodeOutput};
 use ferrograph_core::stream::{StreamEvent, StreamMode, TaskOutcome};
-use ferrograph_core::{CompiledGraph, Interrupt, State};
+use ferrograph_core::{CompiledGraph, Interrupt, State, StateUpdate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,10 +74,10 @@ pub(crate) enum RunEnd<S: State> {
     Drained {
         frame: Frame<S>,
     },
-    /// A subgraph node addressed its parent: the subgraph stops and the parent applies this.
+    /// A subgraph node addressed its parent: the subgraph stops and the parent applies this
+    /// command's own update and goto, and nothing else the subgraph wrote.
     Parent {
         output: NodeOutput<S>,
-        writes: Vec<S::Update>,
     },
     Failed(RunError),
 }
@@ -106,6 +106,8 @@ pub(crate) struct RunArgs<S: State> {
     pub(crate) merged: Vec<S::Update>,
     /// Where to leave the final frame for the thread's next run.
     pub(crate) cache: Option<Arc<crate::runner::FrameCache<S>>>,
+    /// The run continues a thread with a command: its first step passes static breakpoints.
+    pub(crate) resuming: bool,
 }
 
 enum SlotState<S: State> {
@@ -127,6 +129,8 @@ struct Slot<S: State> {
     started: Instant,
     /// Whether its output is already recorded as a pending write.
     recorded: bool,
+    /// Its key in the node cache, when its node has a cache policy and it ran.
+    cache_key: Option<String>,
 }
 
 /// The coordinator's state: its current run, if any.
@@ -185,6 +189,7 @@ impl<S: State> Actor for Coordinator<S> {
                 cs.gen += 1;
                 let st = RunState::begin(cs.gen, *args, &myself);
                 let st = cs.run.insert(Box::new(st));
+                Box::pin(st.emit_start_values()).await;
                 Box::pin(st.start_step(&myself)).await
             }
             CoordMsg::TaskDone {
@@ -242,10 +247,11 @@ impl<S: State> RunState<S> {
     fn begin(gen: u64, mut args: RunArgs<S>, myself: &ActorRef<CoordMsg<S>>) -> Self {
         let done = args.done_take();
         let collected = std::mem::take(&mut args.merged);
-        let pass_static_before = args
-            .pending
-            .iter()
-            .any(|w| matches!(w.kind, PendingKind::StaticInterrupt));
+        let pass_static_before = args.resuming
+            || args
+                .pending
+                .iter()
+                .any(|w| matches!(w.kind, PendingKind::StaticInterrupt));
         if let Some(t) = args.config.timeout {
             let me = myself.clone();
             tokio::spawn(async move {
@@ -295,6 +301,58 @@ impl<S: State> RunState<S> {
         }
     }
 
+    /// A run opens with the state it starts from (its input, or the checkpoint it resumes),
+    /// as LangGraph's *values* stream does.
+    async fn emit_start_values(&self) {
+        let ns = self.args.namespace.clone();
+        let (step, state) = (self.args.frame.step, self.args.frame.state.clone());
+        self.emit(StreamMode::Values, || StreamEvent::Values {
+            namespace: ns,
+            step,
+            state,
+        })
+        .await;
+    }
+
+    /// One *updates* event per task, in plan order: the task's writes folded into one update
+    /// where the fields' rules allow it (a subgraph node's writes are its child's), an empty
+    /// update for a task that wrote nothing.
+    async fn emit_task_updates(&self, step: u64, tasks: Vec<(String, Vec<S::Update>)>) {
+        let Some(ev) = &self.args.events else {
+            return;
+        };
+        for (node, updates) in tasks {
+            let mut folded: Vec<S::Update> = Vec::with_capacity(1);
+            for u in updates {
+                match folded.last_mut() {
+                    Some(last) => {
+                        if let Err(u) = last.merge(u) {
+                            folded.push(u);
+                        }
+                    }
+                    None => folded.push(u),
+                }
+            }
+            if folded.is_empty() {
+                folded.push(S::Update::default());
+            }
+            let node: Arc<str> = node.as_str().into();
+            for update in folded {
+                ev.send(StreamEvent::Updates {
+                    namespace: self.args.namespace.clone(),
+                    step,
+                    node: node.clone(),
+                    update,
+                })
+                .await;
+            }
+        }
+    }
+
+    fn wants(&self, mode: StreamMode) -> bool {
+        self.args.events.as_ref().is_some_and(|ev| ev.wants(mode))
+    }
+
     fn thread_str(&self) -> String {
         self.args
             .thread_id
@@ -334,11 +392,10 @@ impl<S: State> RunState<S> {
             });
         }
         let spec = self.args.graph.spec();
-        let before: Vec<&PlannedTask<S>> = self
-            .args
-            .frame
-            .next
+        let runnable = self.args.graph.runnable(&self.args.frame.next);
+        let before: Vec<&PlannedTask<S>> = runnable
             .iter()
+            .copied()
             .filter(|t| {
                 self.args
                     .graph
@@ -362,8 +419,8 @@ impl<S: State> RunState<S> {
         self.pass_static_before = false;
 
         // Build the slots, reusing what earlier attempts of this step recorded.
-        let mut slots = Vec::with_capacity(self.args.frame.next.len());
-        for task in &self.args.frame.next {
+        let mut slots = Vec::with_capacity(runnable.len());
+        for task in runnable {
             let node = self.args.graph.node_index(&task.node).ok_or_else(|| {
                 RunError::Internal(format!("planned unknown node `{}`", task.node))
             })?;
@@ -377,6 +434,7 @@ impl<S: State> RunState<S> {
                 agent: None,
                 started: Instant::now(),
                 recorded: false,
+                cache_key: None,
             });
         }
         for w in &self.args.pending {
@@ -398,6 +456,23 @@ impl<S: State> RunState<S> {
                 PendingKind::Resume(values) => slot.resume.extend(values.iter().cloned()),
                 PendingKind::Subgraph(bytes) => slot.child = Some(bytes.clone()),
                 _ => {}
+            }
+        }
+        for slot in &mut slots {
+            let policy = self.args.graph.node(slot.node).options.cache.as_ref();
+            let (Some(policy), SlotState::Waiting) = (policy, &slot.state) else {
+                continue;
+            };
+            if !slot.resume.is_empty() || slot.child.is_some() {
+                continue; // answering an interrupt: never from the cache
+            }
+            let input = slot.task.input.as_ref().unwrap_or(&*self.args.frame.state);
+            let Some(key) = crate::node_cache::NodeCache::key(&slot.task.node, input) else {
+                continue;
+            };
+            match self.args.pool.node_cache.get(&key, policy) {
+                Some(out) => slot.state = SlotState::Done(out),
+                None => slot.cache_key = Some(key),
             }
         }
         self.slots = slots;
@@ -465,6 +540,7 @@ impl<S: State> RunState<S> {
                 thread_id: self.args.thread_id.clone(),
                 resume: resume_values,
                 sink: None,
+                remaining_steps: Some(self.args.config.max_steps.saturating_sub(self.steps_run)),
             },
             resume: slot.resume.clone(),
             child: slot.child.clone(),
@@ -530,6 +606,12 @@ impl<S: State> RunState<S> {
         let mut new_state = match result {
             TaskResult::Output(out) => {
                 outcome = TaskOutcome::Ok;
+                if let (Some(key), Some(policy)) = (&slot.cache_key, &spec.options.cache) {
+                    self.args
+                        .pool
+                        .node_cache
+                        .put(key.clone(), out.clone(), policy);
+                }
                 SlotState::Done(out)
             }
             TaskResult::Interrupted {
@@ -551,11 +633,58 @@ impl<S: State> RunState<S> {
                     .retry
                     .as_ref()
                     .and_then(|p| p.delay_after(attempt, &err));
-                outcome = TaskOutcome::Error {
-                    error: err.to_string(),
-                    will_retry: retry_wait.is_some(),
+                let handled = match (&spec.on_error, retry_wait) {
+                    // A wrong resume value stays the caller's error (the interrupt stays
+                    // open), and a cancelled run is not the node's failure.
+                    (Some(handler), None)
+                        if !matches!(
+                            err,
+                            NodeError::Interrupted(_)
+                                | NodeError::BadResume { .. }
+                                | NodeError::Cancelled
+                        ) =>
+                    {
+                        let input = match &slot.task.input {
+                            Some(s) => s,
+                            None => &*self.args.frame.state,
+                        };
+                        Some(
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                handler(&err, input)
+                            }))
+                            .map_err(|p| {
+                                NodeError::Panicked(format!(
+                                    "the error handler of `{name}` panicked: {}",
+                                    ferrograph_core::engine::panic_message(p.as_ref())
+                                ))
+                            }),
+                        )
+                    }
+                    _ => None,
                 };
-                SlotState::Failed(err)
+                match handled {
+                    Some(Ok(out)) => {
+                        tracing::debug!(node = %name, error = %err, "error handled");
+                        outcome = TaskOutcome::Handled {
+                            error: err.to_string(),
+                        };
+                        SlotState::Done(out)
+                    }
+                    Some(Err(panic)) => {
+                        outcome = TaskOutcome::Error {
+                            error: panic.to_string(),
+                            will_retry: false,
+                        };
+                        SlotState::Failed(panic)
+                    }
+                    None => {
+                        outcome = TaskOutcome::Error {
+                            error: err.to_string(),
+                            will_retry: retry_wait.is_some(),
+                        };
+                        SlotState::Failed(err)
+                    }
+                }
             }
         };
         let ns = self.args.namespace.clone();
@@ -683,7 +812,19 @@ impl<S: State> RunState<S> {
             kind: PendingKind::Interrupts(interrupts.clone()),
         })
         .await?;
+        self.emit_interrupt(&interrupts).await;
         Ok(Flow::End(self.interrupted(interrupts)))
+    }
+
+    /// The interrupt event: sent whenever the run streams, whatever the modes.
+    async fn emit_interrupt(&self, interrupts: &[Interrupt]) {
+        if let Some(ev) = &self.args.events {
+            ev.send(StreamEvent::Interrupt {
+                namespace: self.args.namespace.clone(),
+                interrupts: interrupts.to_vec(),
+            })
+            .await;
+        }
     }
 
     fn interrupted(&self, interrupts: Vec<Interrupt>) -> RunEnd<S> {
@@ -753,15 +894,22 @@ impl<S: State> RunState<S> {
             for r in records {
                 self.record_pending(r).await?;
             }
-            let ns = self.args.namespace.clone();
-            let list = interrupts.clone();
-            if let Some(ev) = &self.args.events {
-                ev.send(StreamEvent::Interrupt {
-                    namespace: ns,
-                    interrupts: list,
-                })
-                .await;
+            if self.wants(StreamMode::Updates) {
+                // The tasks that finished before the step stopped are reported now; their
+                // outputs are applied when the step completes after the resume.
+                let done: Vec<(String, Vec<S::Update>)> = self
+                    .slots
+                    .iter()
+                    .filter_map(|s| match &s.state {
+                        SlotState::Done(out) if out.target == CommandTarget::Current => {
+                            Some((s.task.node.clone(), out.updates.clone()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                self.emit_task_updates(self.args.frame.step + 1, done).await;
             }
+            self.emit_interrupt(&interrupts).await;
             return Ok(Flow::End(self.interrupted(interrupts)));
         }
 
@@ -785,6 +933,14 @@ impl<S: State> RunState<S> {
                 output,
             });
         }
+        let task_updates: Vec<(String, Vec<S::Update>)> = if self.wants(StreamMode::Updates) {
+            finished
+                .iter()
+                .map(|f| (f.task.node.clone(), f.output.updates.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let commit = self.args.graph.commit_step(&self.args.frame, finished)?;
         let thread = self.thread_str();
         if self.args.writer.is_on() {
@@ -808,19 +964,11 @@ impl<S: State> RunState<S> {
             }
         }
         let step = commit.frame.step;
+        if !task_updates.is_empty() {
+            self.emit_task_updates(step, task_updates).await;
+        }
         if let Some(ev) = &self.args.events {
             let ns = self.args.namespace.clone();
-            if ev.wants(StreamMode::Updates) {
-                for (node, update) in &commit.writes {
-                    ev.send(StreamEvent::Updates {
-                        namespace: ns.clone(),
-                        step,
-                        node: node.as_str().into(),
-                        update: update.clone(),
-                    })
-                    .await;
-                }
-            }
             if ev.wants(StreamMode::Values) {
                 ev.send(StreamEvent::Values {
                     namespace: ns.clone(),
@@ -847,9 +995,11 @@ impl<S: State> RunState<S> {
         self.args.pending.clear();
         self.steps_run += 1;
         if let Some(mut p) = parent {
-            let writes = std::mem::take(&mut self.collected);
+            // Only the command reaches the parent (as in LangGraph): what the subgraph merged
+            // in its own earlier steps stays in the subgraph.
+            self.collected.clear();
             p.target = CommandTarget::Current;
-            return Ok(Flow::End(RunEnd::Parent { output: p, writes }));
+            return Ok(Flow::End(RunEnd::Parent { output: p }));
         }
         let spec = self.args.graph.spec();
         let after: Vec<usize> = ran

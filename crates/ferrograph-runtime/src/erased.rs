@@ -3,9 +3,12 @@
 
 use crate::config::RunConfig;
 use crate::error::RunError;
-use crate::runner::{GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, StateSnapshot};
+use crate::runner::{
+    GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, SnapshotTask, StateSnapshot,
+};
 use async_trait::async_trait;
 use ferrograph_core::checkpoint::CheckpointSaver;
+use ferrograph_core::node::{Command, Goto};
 use ferrograph_core::stream::{NodeEventKind, StreamEvent, TaskOutcome};
 use ferrograph_core::{Interrupt, Resume, State};
 use serde::Serialize;
@@ -21,6 +24,16 @@ pub enum JsonInput {
     Continue,
     /// Answer pending interrupts.
     Resume(Resume),
+    /// LangGraph's `Command` as input (see [`RunInput::Command`]): an update as JSON, nodes
+    /// to go to, and resume values, any of them.
+    Command {
+        /// An update of the graph's state, as JSON.
+        update: Option<Value>,
+        /// Nodes to run next, with the tasks already planned.
+        goto: Vec<String>,
+        /// Answers to pending interrupts.
+        resume: Option<Resume>,
+    },
 }
 
 /// One streamed event, as JSON.
@@ -74,6 +87,8 @@ pub struct JsonSnapshot {
     pub created_at_ms: u64,
     /// Interrupts pending at it.
     pub interrupts: Vec<Interrupt>,
+    /// The tasks planned at it, with what became of them so far.
+    pub tasks: Vec<SnapshotTask>,
 }
 
 /// Name and shape of a workflow.
@@ -248,6 +263,17 @@ fn input<S: State>(input: JsonInput) -> Result<RunInput<S>, RunError> {
         JsonInput::Update(v) => RunInput::Update(parse_update::<S>(v)?),
         JsonInput::Continue => RunInput::Continue,
         JsonInput::Resume(r) => RunInput::Resume(r),
+        JsonInput::Command {
+            update,
+            goto,
+            resume,
+        } => {
+            let mut command = Command::new();
+            command.update = update.map(parse_update::<S>).transpose()?;
+            command.goto = goto.into_iter().map(Goto::Node).collect();
+            command.resume = resume;
+            RunInput::Command(command)
+        }
     })
 }
 
@@ -282,6 +308,7 @@ fn snapshot_json<S: State>(s: &StateSnapshot<S>) -> JsonSnapshot {
         writers: s.writers.clone(),
         created_at_ms: s.created_at_ms,
         interrupts: s.interrupts.clone(),
+        tasks: s.tasks.clone(),
     }
 }
 
@@ -340,6 +367,7 @@ pub fn event_json<S: State>(e: &StreamEvent<S>) -> JsonEvent {
                 TaskOutcome::Ok => json!("ok"),
                 TaskOutcome::Cached => json!("cached"),
                 TaskOutcome::Interrupted => json!("interrupted"),
+                TaskOutcome::Handled { error } => json!({ "handled": error }),
                 TaskOutcome::Error { error, will_retry } => {
                     json!({ "error": error, "will_retry": will_retry })
                 }

@@ -11,6 +11,7 @@ mod coordinator;
 mod erased;
 mod error;
 mod events;
+mod node_cache;
 pub mod owner;
 mod pool;
 pub mod registry;
@@ -28,5 +29,7 @@ pub use erased::{
 pub use error::RunError;
 pub use owner::{Liveness, RunOwner};
 pub use registry::{Entry, MetricsFn, ParseArgs, Registry, RegistryError};
-pub use runner::{GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, StateSnapshot};
+pub use runner::{
+    GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, SnapshotTask, StateSnapshot,
+};
 pub use runtime::Runtime;

@@ -303,6 +303,8 @@ pub(crate) struct AgentPool<S: State> {
     coordinators: Mutex<Vec<ActorRef<CoordMsg<S>>>>,
     /// Agents restarted after a failure.
     pub(crate) restarts: AtomicU64,
+    /// Outputs of nodes with a cache policy.
+    pub(crate) node_cache: crate::node_cache::NodeCache<S>,
 }
 
 impl<S: State> AgentPool<S> {
@@ -324,6 +326,7 @@ impl<S: State> AgentPool<S> {
             escalated: Mutex::new(None),
             coordinators: Mutex::new(Vec::new()),
             restarts: AtomicU64::new(0),
+            node_cache: crate::node_cache::NodeCache::new(),
         });
         let (sup, _) = Actor::spawn_linked(
             None,

@@ -8,11 +8,13 @@ use crate::pool::AgentPool;
 use crate::runtime::Runtime;
 use crate::writer::Writer;
 use ferrograph_core::checkpoint::{
-    encode_checkpoint, load_checkpoint, load_from_record, load_history, ChainStats,
-    CheckpointSaver, CheckpointSource, PendingKind, PendingWrite, ThreadInfo,
+    carry_pending, decode_output, encode_checkpoint, load_checkpoint, load_from_record,
+    load_history, ChainStats, CheckpointSaver, CheckpointSource, PendingKind, PendingWrite,
+    ThreadInfo,
 };
 use ferrograph_core::engine::Frame;
 use ferrograph_core::json::Json;
+use ferrograph_core::node::{Command, CommandTarget};
 use ferrograph_core::{CompiledGraph, Interrupt, Resume, State, StreamEvent};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +30,11 @@ pub enum RunInput<S: State> {
     Continue,
     /// Answer pending interrupts and continue.
     Resume(Resume),
+    /// LangGraph's `Command` as input: merge `update` into the thread's state, add tasks for
+    /// `goto` to the ones already planned, answer interrupts with `resume` (any of the three),
+    /// and continue. On a thread that already ran, the first step passes static breakpoints,
+    /// as a continue does. On a new thread it needs `goto`: that is where the run starts.
+    Command(Command<S>),
 }
 
 impl<S: State> RunInput<S> {
@@ -98,6 +105,21 @@ pub struct StateSnapshot<S: State> {
     pub created_at_ms: u64,
     /// Interrupts pending at it.
     pub interrupts: Vec<Interrupt>,
+    /// The tasks planned at it, with what became of them so far.
+    pub tasks: Vec<SnapshotTask>,
+}
+
+/// A task planned at a checkpoint, as a [`StateSnapshot`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotTask {
+    /// Task id.
+    pub id: String,
+    /// Node.
+    pub node: String,
+    /// Whether it finished (its output waits for its siblings).
+    pub finished: bool,
+    /// Why it failed, if its last attempt failed.
+    pub error: Option<String>,
 }
 
 /// A run in progress whose events are being streamed.
@@ -345,6 +367,7 @@ impl<S: State> GraphRunner<S> {
         }
         let mut writer = Writer::new(saver.clone(), config.durability, rt.config.async_lag);
         let thread_name = thread.clone().unwrap_or_default();
+        let mut resuming = false;
         let frame = match input {
             RunInput::Update(update) => {
                 let had_base = base.is_some();
@@ -380,6 +403,84 @@ impl<S: State> GraphRunner<S> {
                 None if saver.is_none() => return Err(RunError::NoCheckpointer),
                 None => return Err(RunError::NothingToContinue(thread_name)),
             },
+            RunInput::Command(command) => {
+                let Command {
+                    update,
+                    goto,
+                    resume,
+                    target,
+                } = command;
+                if target != CommandTarget::Current {
+                    return Err(RunError::InvalidInput(
+                        "a command given as a run's input cannot address a parent graph".into(),
+                    ));
+                }
+                if update.is_none() && goto.is_empty() && resume.is_none() {
+                    return Err(RunError::InvalidInput(
+                        "an empty command: give it an update, a goto or a resume value".into(),
+                    ));
+                }
+                let fresh = base.is_none();
+                if fresh && goto.is_empty() {
+                    return Err(if resume.is_some() && saver.is_none() {
+                        RunError::NoCheckpointer
+                    } else if resume.is_some() {
+                        RunError::NoPendingInterrupt(thread_name)
+                    } else {
+                        RunError::InvalidInput(
+                            "a command on a new thread needs a goto (or give the update as input)"
+                                .into(),
+                        )
+                    });
+                }
+                let mut frame = base.unwrap_or_else(|| Frame::empty(&self.graph));
+                if update.is_some() || !goto.is_empty() {
+                    let mut commit = self.graph.commit_command(&frame, update, goto)?;
+                    if fresh {
+                        commit.frame.parent_id = None;
+                    }
+                    let carried = carry_pending(&pending, &commit.frame.next);
+                    if writer.is_on() {
+                        if !carried.is_empty() {
+                            writer
+                                .put_writes(
+                                    &thread_name,
+                                    &commit.frame.checkpoint_id,
+                                    carried.clone(),
+                                )
+                                .await?;
+                        }
+                        let record = encode_checkpoint(
+                            &thread_name,
+                            &commit.frame,
+                            &commit.writes,
+                            CheckpointSource::Input,
+                            &mut stats,
+                        )
+                        .map_err(|source| {
+                            ferrograph_core::CheckpointError::Corrupt {
+                                thread: thread_name.clone(),
+                                checkpoint: commit.frame.checkpoint_id.clone(),
+                                source,
+                            }
+                        })?;
+                        writer.put(record).await?;
+                    }
+                    pending = carried;
+                    frame = commit.frame;
+                }
+                if let Some(resume) = resume {
+                    let writes = self.resume_writes(&thread_name, &pending, resume)?;
+                    if writer.is_on() {
+                        writer
+                            .put_writes(&thread_name, &frame.checkpoint_id, writes.clone())
+                            .await?;
+                    }
+                    pending.extend(writes);
+                }
+                resuming = !fresh;
+                frame
+            }
             RunInput::Resume(resume) => {
                 let Some(b) = base else {
                     return Err(if saver.is_none() {
@@ -446,6 +547,7 @@ impl<S: State> GraphRunner<S> {
             thread_info,
             merged: Vec::new(),
             cache: Some(self.cache.clone()),
+            resuming,
         };
         self.pool.start_run(args).await?;
         Ok(Outcome {
@@ -515,11 +617,16 @@ impl<S: State> GraphRunner<S> {
         self.saver.as_ref().ok_or(RunError::NoCheckpointer)
     }
 
+    /// The snapshot of one checkpoint. With `apply_pending` (the newest state of a thread
+    /// whose step stopped part-way, as LangGraph shows it), the outputs of the tasks that
+    /// finished in that step are applied to the values in plan order, and only the tasks that
+    /// did not finish are listed as next.
     async fn snapshot(
         &self,
         saver: &dyn CheckpointSaver,
         thread: &str,
         loaded: ferrograph_core::checkpoint::LoadedCheckpoint<S>,
+        apply_pending: bool,
     ) -> Result<StateSnapshot<S>, RunError> {
         let pending = saver
             .get_writes(thread, &loaded.frame.checkpoint_id)
@@ -528,9 +635,54 @@ impl<S: State> GraphRunner<S> {
             .into_iter()
             .map(|(i, _, _)| i)
             .collect();
+        let mut values = loaded.frame.state.clone();
+        let mut next = Vec::with_capacity(loaded.frame.next.len());
+        let mut tasks = Vec::with_capacity(loaded.frame.next.len());
+        for task in &loaded.frame.next {
+            let mut finished = false;
+            let mut error = None;
+            for w in pending.iter().filter(|w| w.task_id == task.id) {
+                match &w.kind {
+                    PendingKind::Output(bytes) => {
+                        finished = true;
+                        if !apply_pending {
+                            continue;
+                        }
+                        let output = decode_output::<S>(bytes).map_err(|source| {
+                            ferrograph_core::CheckpointError::Corrupt {
+                                thread: thread.to_string(),
+                                checkpoint: loaded.frame.checkpoint_id.clone(),
+                                source,
+                            }
+                        })?;
+                        let target = Arc::make_mut(&mut values);
+                        for update in output.updates {
+                            target.apply(update).map_err(|source| {
+                                ferrograph_core::engine::StepError::Reducer {
+                                    node: task.node.clone(),
+                                    source,
+                                }
+                            })?;
+                        }
+                    }
+                    PendingKind::Error(e) => error = Some(e.clone()),
+                    _ => {}
+                }
+            }
+            if !(apply_pending && finished) {
+                next.push(task.node.clone());
+            }
+            tasks.push(SnapshotTask {
+                id: task.id.clone(),
+                node: task.node.clone(),
+                finished,
+                error,
+            });
+        }
         Ok(StateSnapshot {
-            next: loaded.frame.next_nodes(),
-            values: loaded.frame.state,
+            next,
+            tasks,
+            values,
             checkpoint_id: loaded.frame.checkpoint_id,
             parent_id: loaded.frame.parent_id,
             step: loaded.frame.step,
@@ -551,7 +703,8 @@ impl<S: State> GraphRunner<S> {
         let loaded = load_checkpoint::<S>(saver.as_ref(), thread, checkpoint_id)
             .await?
             .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
-        self.snapshot(saver.as_ref(), thread, loaded).await
+        self.snapshot(saver.as_ref(), thread, loaded, checkpoint_id.is_none())
+            .await
     }
 
     /// Every checkpoint of the thread, newest first.
@@ -563,7 +716,7 @@ impl<S: State> GraphRunner<S> {
         }
         let mut out = Vec::with_capacity(history.len());
         for loaded in history.into_iter().rev() {
-            out.push(self.snapshot(saver.as_ref(), thread, loaded).await?);
+            out.push(self.snapshot(saver.as_ref(), thread, loaded, false).await?);
         }
         Ok(out)
     }
@@ -583,9 +736,13 @@ impl<S: State> GraphRunner<S> {
             .await?
             .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
         let mut stats = loaded.stats;
+        let pending = saver
+            .get_writes(thread, &loaded.frame.checkpoint_id)
+            .await?;
         let commit = self
             .graph
             .commit_external_update(&loaded.frame, as_node, update)?;
+        let carried = carry_pending(&pending, &commit.frame.next);
         let record = encode_checkpoint(
             thread,
             &commit.frame,
@@ -598,12 +755,22 @@ impl<S: State> GraphRunner<S> {
             checkpoint: commit.frame.checkpoint_id.clone(),
             source,
         })?;
+        // The carried writes go first: a crash between the two leaves writes under a
+        // checkpoint that does not exist (ignored), never a checkpoint without its interrupts.
+        if !carried.is_empty() {
+            saver
+                .put_writes(thread, &commit.frame.checkpoint_id, carried.clone())
+                .await?;
+        }
         saver.put(record).await?;
         if let Some(mut info) = saver.get_thread(thread).await? {
             info.last_checkpoint_id = Some(commit.frame.checkpoint_id.clone());
             info.updated_at_ms = ferrograph_core::id::now_millis();
             if info.status == ferrograph_core::ThreadStatus::Interrupted {
-                info.interrupts.clear();
+                info.interrupts = pending_interrupts(&carried)
+                    .into_iter()
+                    .map(|(i, _, _)| i)
+                    .collect();
             }
             saver.put_thread(info).await?;
         }

@@ -1,7 +1,8 @@
 //! Running a subgraph as one node of its parent.
 //!
 //! The subgraph runs under its own coordinator, with the parent's snapshot as its input, and
-//! its agents in its own pool. Its merged updates become the node's update in the parent. If
+//! its agents in its own pool. Its merged updates become the node's update in the parent (a
+//! command addressed to the parent replaces them: only its own update and goto go up). If
 //! it interrupts, its frame and pending writes are stored in the parent's pending writes, and
 //! a resume continues it where it stopped, with resume values routed to its tasks by id.
 
@@ -100,6 +101,7 @@ pub(crate) async fn run_subgraph<S: State>(
         thread_info: None,
         merged,
         cache: None,
+        resuming: false,
     };
     let pool_for_run = args.pool.clone();
     if let Err(e) = pool_for_run.start_run(args).await {
@@ -112,15 +114,11 @@ pub(crate) async fn run_subgraph<S: State>(
             updates: writes,
             ..NodeOutput::empty()
         }),
-        Ok(RunEnd::Parent { output, writes }) => {
-            let mut updates = writes;
-            updates.extend(output.updates);
-            TaskResult::Output(NodeOutput {
-                updates,
-                goto: output.goto,
-                ..NodeOutput::empty()
-            })
-        }
+        Ok(RunEnd::Parent { output }) => TaskResult::Output(NodeOutput {
+            updates: output.updates,
+            goto: output.goto,
+            ..NodeOutput::empty()
+        }),
         Ok(RunEnd::Interrupted {
             frame,
             interrupts,

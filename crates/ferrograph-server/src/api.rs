@@ -499,10 +499,24 @@ async fn history(
     Ok(Json(json!({ "history": items })))
 }
 
+/// LangGraph's `Command` as a run's input: any of a resume value, a state update and nodes to
+/// go to (one name or a list).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunCommand {
-    resume: Value,
+    #[serde(default)]
+    resume: Option<Value>,
+    #[serde(default)]
+    update: Option<Value>,
+    #[serde(default)]
+    goto: Option<GotoTargets>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GotoTargets {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -534,8 +548,8 @@ fn resume_of(value: Value, info: &ThreadInfo) -> Resume {
     Resume::value(value)
 }
 
-/// Starts a run on a thread: with `input`, from that update; with `command.resume`, answering
-/// pending interrupts; with neither, continuing the thread. Refused with `409 thread_busy` while
+/// Starts a run on a thread: with `input`, from that update; with `command` (`resume`, `update`,
+/// `goto`, any of them), as LangGraph's `Command`; with neither, continuing the thread. Refused with `409 thread_busy` while
 /// another run is in progress on the thread.
 async fn create_run(
     State(state): State<AppState>,
@@ -563,7 +577,40 @@ async fn create_run(
             state.inner.access.confine(entry.input_paths, &mut v)?;
             JsonInput::Update(v)
         }
-        (None, Some(c)) => JsonInput::Resume(resume_of(c.resume, &info)),
+        (
+            None,
+            Some(RunCommand {
+                resume: Some(resume),
+                update: None,
+                goto: None,
+            }),
+        ) => JsonInput::Resume(resume_of(resume, &info)),
+        (None, Some(c)) => {
+            let update = match c.update {
+                Some(mut v) => {
+                    if !v.is_object() {
+                        return Err(ApiError::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "invalid_input",
+                            "`command.update` must be an object (an update of the workflow's state)",
+                        ));
+                    }
+                    state.inner.access.confine(entry.input_paths, &mut v)?;
+                    Some(v)
+                }
+                None => None,
+            };
+            let goto = match c.goto {
+                None => Vec::new(),
+                Some(GotoTargets::One(n)) => vec![n],
+                Some(GotoTargets::Many(list)) => list,
+            };
+            JsonInput::Command {
+                update,
+                goto,
+                resume: c.resume.map(|r| resume_of(r, &info)),
+            }
+        }
     };
     let modes: Option<StreamModes> = body.stream.then(|| match &body.stream_mode {
         Some(list) if !list.is_empty() => list.iter().copied().collect(),

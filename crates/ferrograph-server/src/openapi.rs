@@ -97,6 +97,10 @@ pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
     let bad_path = err("The path or query is malformed.");
     let too_large = err("The request body is larger than the server's limit (`max_body_bytes`).");
     let not_json = err("The Content-Type is not JSON.");
+    let goto_schema = json!({
+        "description": "A node name or a list of them, run next together with the tasks already planned (on a new thread: where the run starts).",
+        "oneOf": [ { "type": "string" }, { "type": "array", "items": { "type": "string" } } ]
+    });
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -260,7 +264,7 @@ pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
                 "parameters": [ id_param() ],
                 "post": {
                     "operationId": "createRun",
-                    "summary": "Runs the thread: from `input`, resuming interrupts with `command.resume`, or (neither) continuing. Without `stream`, waits and answers the outcome; with `stream`, answers Server-Sent Events (`event: <kind>`, `data: <json>`) ending with `end` (the outcome) or `error`. Only one run at a time per thread: a second one is refused with 409.",
+                    "summary": "Runs the thread: from `input`, with `command` (resume values, an update, nodes to go to), or (neither) continuing. Without `stream`, waits and answers the outcome; with `stream`, answers Server-Sent Events (`event: <kind>`, `data: <json>`) ending with `end` (the outcome) or `error`. Only one run at a time per thread: a second one is refused with 409.",
                     "requestBody": {
                         "required": false,
                         "content": { "application/json": { "schema": { "$ref": "#/components/schemas/RunRequest" } } }
@@ -416,10 +420,12 @@ pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
                         "input": { "nullable": true, "anyOf": inputs, "description": "An update of the workflow's state to start from (the thread's workflow's input; unknown fields are refused). Not together with `command`." },
                         "command": {
                             "type": "object",
-                            "required": ["resume"],
+                            "description": "LangGraph's `Command`: any of `resume`, `update` and `goto`. With `update` or `goto` the thread gets a new checkpoint (open interrupts and finished tasks carry over), then the answers apply and the run continues past static breakpoints.",
                             "additionalProperties": false,
                             "properties": {
-                                "resume": { "description": "The answer to the single pending interrupt, or an object mapping pending interrupt ids to answers. For `review`: \"approve\", \"reject\" or {\"feedback\": \"...\"}." }
+                                "resume": { "description": "The answer to the single pending interrupt, or an object mapping pending interrupt ids to answers. For `review`: \"approve\", \"reject\" or {\"feedback\": \"...\"}." },
+                                "update": { "type": "object", "description": "An update of the workflow's state, merged before the run continues." },
+                                "goto": goto_schema
                             }
                         },
                         "stream": { "type": "boolean", "default": false },

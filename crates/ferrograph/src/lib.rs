@@ -49,7 +49,7 @@ pub use settings::WorkflowSettings;
 
 pub use ferrograph_runtime::{
     Durability, Entry, GraphRunner, Registry, RegistryError, RunConfig, RunError, RunInput,
-    RunOutcome, RunStatus, Runtime, RuntimeConfig,
+    RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig, SnapshotTask, StateSnapshot,
 };
 
 /// Everything most programs need, in one import.
