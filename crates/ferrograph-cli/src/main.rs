@@ -300,6 +300,10 @@ enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Prints a new random key for encrypted checkpoints (64 hex digits). Runs encrypt
+    /// everything they store (state, outputs, interrupts, answers, errors) when
+    /// FERROGRAPH_CHECKPOINT_KEY holds a key; keep it safe: without it nothing can be read.
+    Keygen,
 }
 
 #[derive(Subcommand, Debug)]
@@ -419,7 +423,10 @@ enum BenchCommand {
 struct App {
     config: Config,
     runtime: Runtime,
-    saver: Arc<SledSaver>,
+    /// The store on disk (backups copy it as it is, encrypted or not).
+    sled: Arc<SledSaver>,
+    /// The store as runs see it: encrypted when `FERROGRAPH_CHECKPOINT_KEY` holds a key.
+    saver: Arc<dyn CheckpointSaver>,
     registry: Registry,
 }
 
@@ -438,12 +445,15 @@ impl App {
                     config.checkpoint_dir().display()
                 )
             })?;
+        let sled = saver.clone();
+        let saver = ferrograph::checkpoint_savers::EncryptedSaver::from_env(saver)?;
         let runtime = Runtime::new().await?;
         let settings = workflow_settings(&config)?;
         let registry = builtin_registry(&runtime, saver.clone(), &settings).await?;
         Ok(App {
             config,
             runtime,
+            sled,
             saver,
             registry,
         })
@@ -544,7 +554,7 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
 /// (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
 async fn builtin_registry(
     runtime: &Runtime,
-    saver: Arc<dyn ferrograph::CheckpointSaver>,
+    saver: Arc<dyn CheckpointSaver>,
     settings: &ferrograph::WorkflowSettings,
 ) -> Result<Registry, ferrograph::RegistryError> {
     let mut r = Registry::new();
@@ -830,6 +840,13 @@ fn store_command(cli: &Cli, what: &StoreCommand) -> Result<ExitCode> {
         })
     };
     match what {
+        StoreCommand::Keygen => {
+            println!(
+                "{}",
+                ferrograph::checkpoint_savers::CheckpointKey::generate_hex()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         StoreCommand::Verify => {
             let saver = open()?;
             let report = maintenance::verify(saver.db(), &path)?;
@@ -1334,7 +1351,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 let every = config::seconds(backup_every, "--backup-every")?;
                 let keep = usize::try_from(backup_keep)?;
                 tokio::spawn(backups::every(
-                    app.saver.clone(),
+                    app.sled.clone(),
                     app.config.checkpoint_dir(),
                     dir,
                     every,

@@ -185,6 +185,8 @@ pub enum PendingKind {
     StaticInterrupt,
     /// An interrupted subgraph's own frame and pending writes, to resume it inside.
     Subgraph(Vec<u8>),
+    /// Any of the above, encrypted by an encrypting saver (opaque to everything else).
+    Sealed(Vec<u8>),
 }
 
 /// Errors of checkpoint storage and decoding.
@@ -229,6 +231,32 @@ pub enum CheckpointError {
         /// Checkpoint.
         checkpoint: String,
     },
+    /// An encrypted record could not be opened: the wrong key, a record that is not encrypted
+    /// where encryption is on, or a record that fails authentication (damaged or tampered).
+    #[error("record `{record}` of thread `{thread}` cannot be decrypted: {reason}")]
+    Decrypt {
+        /// Thread.
+        thread: String,
+        /// Which record (a checkpoint id, `writes of <id>`, `thread record`).
+        record: String,
+        /// Why.
+        reason: DecryptError,
+    },
+}
+
+/// Why an encrypted record did not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecryptError {
+    /// It was encrypted with another key.
+    #[error("it was encrypted with another key (set the key it was written with in FERROGRAPH_CHECKPOINT_KEY)")]
+    WrongKey,
+    /// It is stored in the clear, and encryption is on.
+    #[error("it is not encrypted, and this store is opened with encryption on")]
+    NotEncrypted,
+    /// Its authentication tag does not match: it was damaged or altered.
+    #[error("authentication failed: the record was damaged or altered")]
+    Tampered,
 }
 
 impl CheckpointError {
@@ -647,7 +675,7 @@ pub fn carry_pending<S: State>(
             | PendingKind::Interrupts(_)
             | PendingKind::Resume(_)
             | PendingKind::Subgraph(_) => planned(&w.task_id),
-            PendingKind::Error(_) => false,
+            PendingKind::Error(_) | PendingKind::Sealed(_) => false,
         })
         .cloned()
         .collect()
