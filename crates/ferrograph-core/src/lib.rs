@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod node;
 pub mod retry;
 pub mod state;
+pub mod store;
 pub mod stream;
 
 pub use ferrograph_macros::State;
@@ -34,6 +35,7 @@ pub use node::{
 };
 pub use retry::{RetryPolicy, Retryable};
 pub use state::{ReducerError, State, StateUpdate};
+pub use store::{Store, StoreError};
 pub use stream::{StreamEvent, StreamMode, StreamModes};
 
 /// Re-exports used by generated code. Not a public API.

@@ -349,6 +349,7 @@ pub struct NodeContext {
     interrupt_counter: AtomicUsize,
     sink: Option<Arc<dyn EventSink>>,
     remaining_steps: Option<u64>,
+    store: Option<Arc<dyn crate::store::Store>>,
 }
 
 impl fmt::Debug for NodeContext {
@@ -387,6 +388,8 @@ pub struct NodeContextParts {
     pub sink: Option<Arc<dyn EventSink>>,
     /// Supersteps the run may still take, counting the current one (`None`: no limit known).
     pub remaining_steps: Option<u64>,
+    /// The runner's long-term store, if it has one.
+    pub store: Option<Arc<dyn crate::store::Store>>,
 }
 
 impl NodeContext {
@@ -403,6 +406,7 @@ impl NodeContext {
             interrupt_counter: AtomicUsize::new(0),
             sink: parts.sink,
             remaining_steps: parts.remaining_steps,
+            store: parts.store,
         }
     }
 
@@ -446,6 +450,12 @@ impl NodeContext {
     /// node can wrap up instead of routing into another round. `u64::MAX` outside a run.
     pub fn remaining_steps(&self) -> u64 {
         self.remaining_steps.unwrap_or(u64::MAX)
+    }
+
+    /// The long-term store shared across threads (see [`crate::store`]), when the runner was
+    /// given one with `GraphRunner::with_store`.
+    pub fn store(&self) -> Option<&Arc<dyn crate::store::Store>> {
+        self.store.as_ref()
     }
 
     /// The thread the run belongs to.

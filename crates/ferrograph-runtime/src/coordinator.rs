@@ -108,6 +108,8 @@ pub(crate) struct RunArgs<S: State> {
     pub(crate) cache: Option<Arc<crate::runner::FrameCache<S>>>,
     /// The run continues a thread with a command: its first step passes static breakpoints.
     pub(crate) resuming: bool,
+    /// The long-term store nodes see.
+    pub(crate) store: Option<Arc<dyn ferrograph_core::Store>>,
 }
 
 enum SlotState<S: State> {
@@ -541,6 +543,7 @@ impl<S: State> RunState<S> {
                 resume: resume_values,
                 sink: None,
                 remaining_steps: Some(self.args.config.max_steps.saturating_sub(self.steps_run)),
+                store: self.args.store.clone(),
             },
             resume: slot.resume.clone(),
             child: slot.child.clone(),

@@ -15,7 +15,7 @@ use ferrograph_core::checkpoint::{
 use ferrograph_core::engine::Frame;
 use ferrograph_core::json::Json;
 use ferrograph_core::node::{Command, CommandTarget};
-use ferrograph_core::{CompiledGraph, Interrupt, Resume, State, StreamEvent};
+use ferrograph_core::{CompiledGraph, Interrupt, Resume, State, Store, StreamEvent};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -217,6 +217,7 @@ pub struct GraphRunner<S: State> {
     pool: Arc<AgentPool<S>>,
     saver: Option<Arc<dyn CheckpointSaver>>,
     cache: Arc<FrameCache<S>>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl<S: State> Clone for GraphRunner<S> {
@@ -227,6 +228,7 @@ impl<S: State> Clone for GraphRunner<S> {
             pool: self.pool.clone(),
             saver: self.saver.clone(),
             cache: self.cache.clone(),
+            store: self.store.clone(),
         }
     }
 }
@@ -243,7 +245,21 @@ impl<S: State> GraphRunner<S> {
             pool,
             saver: None,
             cache: Arc::new(FrameCache::new()),
+            store: None,
         }
+    }
+
+    /// Gives the graph's nodes (and the tools they run) a long-term store shared across
+    /// threads: `ctx.store()`.
+    #[must_use]
+    pub fn with_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The long-term store, if any.
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
+        self.store.as_ref()
     }
 
     /// Uses `saver` for checkpoints, threads, interrupts and resume.
@@ -548,6 +564,7 @@ impl<S: State> GraphRunner<S> {
             merged: Vec::new(),
             cache: Some(self.cache.clone()),
             resuming,
+            store: self.store.clone(),
         };
         self.pool.start_run(args).await?;
         Ok(Outcome {

@@ -102,6 +102,7 @@ pub(crate) async fn run_subgraph<S: State>(
         merged,
         cache: None,
         resuming: false,
+        store: ctx.store.clone(),
     };
     let pool_for_run = args.pool.clone();
     if let Err(e) = pool_for_run.start_run(args).await {

@@ -253,6 +253,7 @@ impl ToolExecutor {
             node: ctx.map(|c| c.node().to_string()).unwrap_or_default(),
             thread_id: ctx.and_then(|c| c.thread_id().map(str::to_string)),
             timeout: Some(timeout),
+            store: ctx.and_then(|c| c.store().cloned()),
         };
         let args = call.args.0.clone();
         // A task of its own: a panicking tool becomes an error, and a timed-out one is aborted.

@@ -181,6 +181,8 @@ pub struct ToolContext {
     pub thread_id: Option<String>,
     /// The timeout this call runs under.
     pub timeout: Option<Duration>,
+    /// The long-term store of the graph that runs the tool, if it has one.
+    pub store: Option<std::sync::Arc<dyn ferrograph_core::Store>>,
 }
 
 impl ToolContext {

@@ -345,6 +345,7 @@ async fn executor_node(
             node: "tool_executor".into(),
             thread_id: ctx.thread_id().map(str::to_string),
             timeout: Some(timeout),
+            store: ctx.store().cloned(),
         };
         let result = match registry.get(&tool_name) {
             None => Err(("FAILED", format!("unknown tool `{tool_name}`"))),
