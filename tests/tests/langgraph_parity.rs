@@ -692,3 +692,127 @@ async fn a_cached_node_runs_once_per_input_until_its_ttl() {
     run("t4", 1).await;
     assert_eq!(runs.load(Ordering::SeqCst), 3, "an expired entry was used");
 }
+
+// ---------------------------------------------------------------- editing history
+
+fn chain_abc() -> CompiledGraph<Doc> {
+    StateGraph::<Doc>::new("abc")
+        .add_node("a", |_s, _c| async { Ok(log("a")) })
+        .add_node("b", |s: Arc<Doc>, _c| async move {
+            Ok(log(&format!("b saw status '{}'", s.status)))
+        })
+        .add_node("c", |_s, _c| async { Ok(log("c")) })
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+        .add_edge("b", "c")
+        .add_edge("c", END)
+        .compile()
+        .unwrap()
+}
+
+// LangGraph: `update_state` with a `checkpoint_id` in the config writes a new checkpoint whose
+// parent is that (older) checkpoint; it becomes the thread's newest, and `invoke(None)` runs
+// on from it. The old branch stays in the history.
+#[tokio::test]
+async fn update_state_on_an_older_checkpoint_branches_the_thread() {
+    let r = runner(chain_abc()).await;
+    let out = r
+        .invoke(input(DocUpdate::new()), RunConfig::thread("br"))
+        .await
+        .unwrap();
+    assert_eq!(out.state.log, vec!["a", "b saw status ''", "c"]);
+    let history = r.get_state_history("br").await.unwrap();
+    let after_a = history
+        .iter()
+        .find(|s| s.next == vec!["b"])
+        .unwrap()
+        .clone();
+    let new_id = r
+        .update_state_at(
+            "br",
+            &after_a.checkpoint_id,
+            DocUpdate::new().status("edited".to_string()),
+            None,
+        )
+        .await
+        .unwrap();
+    let snap = r.get_state("br", None).await.unwrap();
+    assert_eq!(snap.checkpoint_id, new_id);
+    assert_eq!(
+        snap.parent_id.as_deref(),
+        Some(after_a.checkpoint_id.as_str())
+    );
+    assert_eq!(snap.values.log, vec!["a"]);
+    assert_eq!(snap.next, vec!["b"]);
+    let out = r
+        .invoke(RunInput::Continue, RunConfig::thread("br"))
+        .await
+        .unwrap();
+    assert_eq!(out.state.log, vec!["a", "b saw status 'edited'", "c"]);
+    let longer = r.get_state_history("br").await.unwrap();
+    assert_eq!(longer.len(), history.len() + 3, "the old branch must stay");
+    // An unknown checkpoint is a typed error.
+    let err = r
+        .update_state_at("br", "nope", DocUpdate::new(), None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+}
+
+// LangGraph `bulk_update_state`: several supersteps of updates in one call, each superstep
+// merged like a step's writes (conflicts included); each superstep is a checkpoint.
+#[tokio::test]
+async fn bulk_update_state_writes_several_supersteps() {
+    use ferrograph::StateEdit;
+    let r = runner(chain_abc()).await;
+    r.invoke(input(DocUpdate::new()), RunConfig::thread("bulk"))
+        .await
+        .unwrap();
+    let before = r.get_state_history("bulk").await.unwrap().len();
+    let last = r
+        .bulk_update_state(
+            "bulk",
+            vec![
+                vec![StateEdit::new(log("x1"), Some("a"))],
+                vec![
+                    StateEdit::new(log("y1").count(1), Some("b")),
+                    StateEdit::new(DocUpdate::new().count(2).status("s".to_string()), Some("c")),
+                ],
+            ],
+        )
+        .await
+        .unwrap();
+    let snap = r.get_state("bulk", None).await.unwrap();
+    assert_eq!(snap.checkpoint_id, last);
+    assert_eq!(
+        snap.values.log,
+        vec!["a", "b saw status ''", "c", "x1", "y1"]
+    );
+    assert_eq!(snap.values.count, 3);
+    assert_eq!(snap.writers, vec!["b", "c"]);
+    assert_eq!(r.get_state_history("bulk").await.unwrap().len(), before + 2);
+    // Two edits of one overwrite field in a step conflict, and nothing is written.
+    let err = r
+        .bulk_update_state(
+            "bulk",
+            vec![vec![
+                StateEdit::new(DocUpdate::new().status("1".to_string()), Some("a")),
+                StateEdit::new(DocUpdate::new().status("2".to_string()), Some("b")),
+            ]],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("status"), "{err}");
+    let err = r
+        .bulk_update_state(
+            "bulk",
+            vec![vec![
+                StateEdit::new(log("p"), None),
+                StateEdit::new(log("q"), Some("b")),
+            ]],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("name the node"), "{err}");
+    assert_eq!(r.get_state_history("bulk").await.unwrap().len(), before + 2);
+}

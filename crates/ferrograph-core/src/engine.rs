@@ -125,6 +125,9 @@ pub enum StepError {
         /// Panic message.
         message: String,
     },
+    /// An edit of a thread's state that cannot be applied.
+    #[error("invalid state edit: {0}")]
+    InvalidEdit(String),
     /// A node addressed the parent graph but runs in the root graph.
     #[error("node `{node}` sent a command to the parent graph, but it is not in a subgraph")]
     NoParentGraph {
@@ -510,5 +513,52 @@ impl<S: State> CompiledGraph<S> {
                 Ok(commit)
             }
         }
+    }
+
+    /// One superstep of edits from outside (a step of a bulk update): one edit is
+    /// [`CompiledGraph::commit_external_update`]; several are merged like the outputs of a
+    /// step, one task per edit, so two edits of an overwrite field conflict. Each of several
+    /// edits must name its node.
+    pub fn commit_edits(
+        &self,
+        frame: &Frame<S>,
+        mut edits: Vec<(Option<String>, S::Update)>,
+    ) -> Result<StepCommit<S>, StepError> {
+        if edits.len() == 1 {
+            if let Some((as_node, update)) = edits.pop() {
+                return self.commit_external_update(frame, as_node.as_deref(), update);
+            }
+        }
+        let mut finished = Vec::with_capacity(edits.len());
+        for (n, (as_node, update)) in edits.into_iter().enumerate() {
+            let Some(node) = as_node else {
+                return Err(StepError::InvalidEdit(
+                    "a step of several edits must name the node of each".into(),
+                ));
+            };
+            if self.node_index(&node).is_none() {
+                return Err(StepError::UnknownTarget {
+                    from: "update_state".into(),
+                    target: node,
+                });
+            }
+            let id = stable_hash(&[
+                frame.checkpoint_id.as_bytes(),
+                b"update",
+                node.as_bytes(),
+                n.to_string().as_bytes(),
+            ]);
+            finished.push(FinishedTask {
+                task: PlannedTask {
+                    id,
+                    node,
+                    input: None,
+                },
+                output: NodeOutput::update(update),
+            });
+        }
+        let mut commit = self.commit_step(frame, finished)?;
+        commit.frame.step = frame.step;
+        Ok(commit)
     }
 }

@@ -338,8 +338,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn search(&self, request: SearchRequest) -> Result<Vec<SearchItem>, StoreError>;
 
     /// Namespaces that hold items, sorted.
-    async fn list_namespaces(&self, query: NamespaceQuery)
-        -> Result<Vec<Vec<String>>, StoreError>;
+    async fn list_namespaces(&self, query: NamespaceQuery) -> Result<Vec<Vec<String>>, StoreError>;
 }
 
 #[cfg(test)]

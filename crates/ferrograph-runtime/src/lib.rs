@@ -30,6 +30,6 @@ pub use error::RunError;
 pub use owner::{Liveness, RunOwner};
 pub use registry::{Entry, MetricsFn, ParseArgs, Registry, RegistryError};
 pub use runner::{
-    GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, SnapshotTask, StateSnapshot,
+    GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, SnapshotTask, StateEdit, StateSnapshot,
 };
 pub use runtime::Runtime;

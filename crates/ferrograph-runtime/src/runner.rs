@@ -49,6 +49,25 @@ impl<S: State> RunInput<S> {
     }
 }
 
+/// One edit of a thread's state: an update, written as if by `as_node` (or as input).
+#[derive(Clone, Debug)]
+pub struct StateEdit<S: State> {
+    /// The update.
+    pub update: S::Update,
+    /// The node it is written as, if any.
+    pub as_node: Option<String>,
+}
+
+impl<S: State> StateEdit<S> {
+    /// An edit.
+    pub fn new(update: S::Update, as_node: Option<&str>) -> Self {
+        StateEdit {
+            update,
+            as_node: as_node.map(str::to_string),
+        }
+    }
+}
+
 /// How a run that did not fail ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunStatus {
@@ -740,60 +759,137 @@ impl<S: State> GraphRunner<S> {
 
     /// Edits the thread's state as if `as_node` had written `update` (or as new input when
     /// `None`), writing a new checkpoint. The next run continues from it. Returns its id.
+    ///
+    /// On a paused thread (an interrupt, a breakpoint, a failed step) what is still pending
+    /// carries over: open interrupts stay open (a resume answers them), finished tasks' outputs
+    /// are kept, and a breakpoint that was stopped at is passed when the thread continues.
     pub async fn update_state(
         &self,
         thread: &str,
         update: S::Update,
         as_node: Option<&str>,
     ) -> Result<String, RunError> {
+        self.bulk_update_state_at(thread, None, vec![vec![StateEdit::new(update, as_node)]])
+            .await
+    }
+
+    /// [`GraphRunner::update_state`] on an older checkpoint of the thread: the new checkpoint
+    /// follows `checkpoint_id` (a branch within the same thread, as LangGraph's `update_state`
+    /// with a checkpoint id) and becomes the thread's newest, so the next run continues from it.
+    pub async fn update_state_at(
+        &self,
+        thread: &str,
+        checkpoint_id: &str,
+        update: S::Update,
+        as_node: Option<&str>,
+    ) -> Result<String, RunError> {
+        self.bulk_update_state_at(
+            thread,
+            Some(checkpoint_id),
+            vec![vec![StateEdit::new(update, as_node)]],
+        )
+        .await
+    }
+
+    /// Several supersteps of edits at once (LangGraph's `bulk_update_state`): each inner list
+    /// is one superstep, merged like a step's outputs (two edits of one overwrite field in a
+    /// step conflict). A step of several edits names a node for each. Every checkpoint is
+    /// written, flushed once at the end; returns the last one's id.
+    pub async fn bulk_update_state(
+        &self,
+        thread: &str,
+        steps: Vec<Vec<StateEdit<S>>>,
+    ) -> Result<String, RunError> {
+        self.bulk_update_state_at(thread, None, steps).await
+    }
+
+    async fn bulk_update_state_at(
+        &self,
+        thread: &str,
+        at: Option<&str>,
+        steps: Vec<Vec<StateEdit<S>>>,
+    ) -> Result<String, RunError> {
         ferrograph_core::id::check_thread_id(thread)?;
+        if steps.is_empty() || steps.iter().any(Vec::is_empty) {
+            return Err(RunError::InvalidInput(
+                "an edit needs at least one update in every step".into(),
+            ));
+        }
         let saver = self.saver()?;
         let guard = self.runtime.inner.begin_run(Some(thread)).await?;
-        let loaded = load_checkpoint::<S>(saver.as_ref(), thread, None)
+        let loaded = load_checkpoint::<S>(saver.as_ref(), thread, at)
             .await?
-            .ok_or_else(|| RunError::ThreadNotFound(thread.to_string()))?;
-        let mut stats = loaded.stats;
-        let pending = saver
+            .ok_or_else(|| match at {
+                Some(c) => RunError::Checkpoint(ferrograph_core::CheckpointError::NotFound {
+                    thread: thread.to_string(),
+                    checkpoint: c.to_string(),
+                }),
+                None => RunError::ThreadNotFound(thread.to_string()),
+            })?;
+        let newest = saver.get(thread, None).await?;
+        let at_newest = newest
+            .as_ref()
+            .is_some_and(|n| n.checkpoint_id == loaded.frame.checkpoint_id);
+        // A branch from an older checkpoint starts with a full snapshot.
+        let mut stats = if at_newest {
+            loaded.stats
+        } else {
+            ChainStats::default()
+        };
+        let mut carried = saver
             .get_writes(thread, &loaded.frame.checkpoint_id)
             .await?;
-        let commit = self
-            .graph
-            .commit_external_update(&loaded.frame, as_node, update)?;
-        let carried = carry_pending(&pending, &commit.frame.next);
-        let record = encode_checkpoint(
-            thread,
-            &commit.frame,
-            &commit.writes,
-            CheckpointSource::Update,
-            &mut stats,
-        )
-        .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
-            thread: thread.to_string(),
-            checkpoint: commit.frame.checkpoint_id.clone(),
-            source,
-        })?;
-        // The carried writes go first: a crash between the two leaves writes under a
-        // checkpoint that does not exist (ignored), never a checkpoint without its interrupts.
-        if !carried.is_empty() {
-            saver
-                .put_writes(thread, &commit.frame.checkpoint_id, carried.clone())
-                .await?;
+        let mut frame = loaded.frame;
+        let mut records = Vec::with_capacity(steps.len());
+        for edits in steps {
+            let edits = edits.into_iter().map(|e| (e.as_node, e.update)).collect();
+            let commit = self.graph.commit_edits(&frame, edits)?;
+            carried = carry_pending(&carried, &commit.frame.next);
+            let record = encode_checkpoint(
+                thread,
+                &commit.frame,
+                &commit.writes,
+                CheckpointSource::Update,
+                &mut stats,
+            )
+            .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
+                thread: thread.to_string(),
+                checkpoint: commit.frame.checkpoint_id.clone(),
+                source,
+            })?;
+            records.push((record, carried.clone()));
+            frame = commit.frame;
         }
-        saver.put(record).await?;
+        for (record, carried) in records {
+            // The carried writes go first: a crash between the two leaves writes under a
+            // checkpoint that does not exist (ignored), never a checkpoint without its
+            // interrupts.
+            if !carried.is_empty() {
+                saver
+                    .put_writes(thread, &record.checkpoint_id, carried)
+                    .await?;
+            }
+            saver.put(record).await?;
+        }
         if let Some(mut info) = saver.get_thread(thread).await? {
-            info.last_checkpoint_id = Some(commit.frame.checkpoint_id.clone());
+            info.last_checkpoint_id = Some(frame.checkpoint_id.clone());
             info.updated_at_ms = ferrograph_core::id::now_millis();
-            if info.status == ferrograph_core::ThreadStatus::Interrupted {
-                info.interrupts = pending_interrupts(&carried)
-                    .into_iter()
-                    .map(|(i, _, _)| i)
-                    .collect();
+            let open: Vec<Interrupt> = pending_interrupts(&carried)
+                .into_iter()
+                .map(|(i, _, _)| i)
+                .collect();
+            if info.status == ferrograph_core::ThreadStatus::Interrupted || !frame.next.is_empty() {
+                // Something is planned: the thread waits to be continued (or answered).
+                info.status = ferrograph_core::ThreadStatus::Interrupted;
+                info.error = None;
+                info.interrupts = open;
             }
             saver.put_thread(info).await?;
         }
         saver.flush().await?;
+        self.cache.forget(thread);
         drop(guard);
-        Ok(commit.frame.checkpoint_id)
+        Ok(frame.checkpoint_id)
     }
 
     /// Keeps only the newest `keep` checkpoints of the thread (at least one). The oldest kept

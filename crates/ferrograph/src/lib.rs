@@ -49,7 +49,8 @@ pub use settings::WorkflowSettings;
 
 pub use ferrograph_runtime::{
     Durability, Entry, GraphRunner, Registry, RegistryError, RunConfig, RunError, RunInput,
-    RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig, SnapshotTask, StateSnapshot,
+    RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig, SnapshotTask, StateEdit,
+    StateSnapshot,
 };
 
 /// Everything most programs need, in one import.
