@@ -816,3 +816,124 @@ async fn bulk_update_state_writes_several_supersteps() {
     assert!(err.to_string().contains("name the node"), "{err}");
     assert_eq!(r.get_state_history("bulk").await.unwrap().len(), before + 2);
 }
+
+// ---------------------------------------------------------------- subgraphs with their own state
+
+/// A quiz's own state: keys the parent does not have.
+#[derive(State, Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Quiz {
+    topic: String,
+    #[reducer(append)]
+    questions: Vec<String>,
+    #[reducer(append)]
+    answers: Vec<String>,
+    #[reducer(add)]
+    correct: i64,
+}
+
+// LangGraph (subgraphs with different state schemas, called from a node or added with input
+// and output schemas): the child sees only what the parent passes in, keeps keys of its own,
+// and the parent gets only what comes back; the child's interrupts surface and resume inside
+// it, each resume continuing from the child's saved state.
+#[tokio::test]
+async fn a_subgraph_with_its_own_state_maps_input_and_output_and_resumes_inside() {
+    let generated = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let g2 = generated.clone();
+    let quiz = StateGraph::<Quiz>::new("quiz")
+        .add_node("generate", move |s: Arc<Quiz>, _c| {
+            g2.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok(QuizUpdate::new().questions(vec![
+                    format!("{} q1 (A/B)", s.topic),
+                    format!("{} q2 (A/B)", s.topic),
+                ]))
+            }
+        })
+        .add_node("ask", |s: Arc<Quiz>, ctx: Ctx| async move {
+            let n = s.answers.len();
+            let answer: String = ctx.interrupt(serde_json::json!({
+                "question": n + 1, "of": s.questions.len(), "text": s.questions[n],
+            }))?;
+            let correct = i64::from(answer == "A");
+            Ok(QuizUpdate::new().answers(vec![answer]).correct(correct))
+        })
+        .add_edge(START, "generate")
+        .add_edge("generate", "ask")
+        .add_conditional_edges(
+            "ask",
+            |s: &Quiz| {
+                if s.answers.len() < s.questions.len() {
+                    "ask"
+                } else {
+                    END
+                }
+            },
+            ["ask", END],
+        )
+        .compile()
+        .unwrap();
+    let mapped = ferrograph::MappedSubgraph::new(
+        quiz,
+        |p: &Doc| Quiz {
+            topic: p.status.clone(),
+            ..Quiz::default()
+        },
+        |c: &Quiz, _p: &Doc| {
+            DocUpdate::new()
+                .answers(c.answers.clone())
+                .count(c.correct)
+                .log(vec![format!(
+                    "quiz on {}: {}/{}",
+                    c.topic,
+                    c.correct,
+                    c.questions.len()
+                )])
+        },
+    );
+    let g = StateGraph::<Doc>::new("tutor")
+        .add_node("before", |_s, _c| async { Ok(log("before")) })
+        .add_foreign_subgraph("quiz", mapped, NodeOptions::new())
+        .add_node("after", |_s, _c| async { Ok(log("after")) })
+        .add_edge(START, "before")
+        .add_edge("before", "quiz")
+        .add_edge("quiz", "after")
+        .add_edge("after", END)
+        .compile()
+        .unwrap();
+    let r = runner(g).await;
+    let cfg = || RunConfig::thread("quiz");
+    let out = r
+        .invoke(
+            input(DocUpdate::new().status("fractions".to_string())),
+            cfg(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Interrupted);
+    assert_eq!(out.interrupts[0].node, "quiz/ask");
+    assert_eq!(out.interrupts[0].value.0["text"], "fractions q1 (A/B)");
+    assert_eq!(out.state.log, vec!["before"]);
+    let out = r
+        .invoke(RunInput::resume(serde_json::json!("A")), cfg())
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Interrupted);
+    assert_eq!(out.interrupts[0].value.0["question"], 2);
+    assert_eq!(out.interrupts[0].value.0["text"], "fractions q2 (A/B)");
+    let out = r
+        .invoke(RunInput::resume(serde_json::json!("B")), cfg())
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Done);
+    assert_eq!(
+        generated.load(Ordering::SeqCst),
+        1,
+        "the child restarted instead of resuming"
+    );
+    assert_eq!(out.state.answers, vec!["A", "B"]);
+    assert_eq!(out.state.count, 1);
+    assert_eq!(
+        out.state.log,
+        vec!["before", "quiz on fractions: 1/2", "after"]
+    );
+}

@@ -77,6 +77,9 @@ pub enum NodeKind<S: State> {
     Func(Arc<dyn NodeFn<S>>),
     /// A compiled graph over the same state, run as one node.
     Subgraph(CompiledGraph<S>),
+    /// A compiled graph over another state, with its input and output mapped (see
+    /// [`crate::subgraph`]).
+    Foreign(Arc<dyn crate::subgraph::ForeignGraph<S>>),
 }
 
 /// A node of a compiled graph.
@@ -272,6 +275,20 @@ impl<S: State> StateGraph<S> {
             NodeKind::Subgraph(graph),
             NodeOptions::default(),
         );
+        self
+    }
+
+    /// Adds a graph over *another* state type as one node (LangGraph's subgraph with its own
+    /// schema): `child` maps the parent's state to the child's input and the child's final state
+    /// to the parent's update (for example `ferrograph_runtime::MappedSubgraph`). Its interrupts
+    /// surface to the caller and resume inside it, as a same-state subgraph's do.
+    pub fn add_foreign_subgraph(
+        mut self,
+        name: impl Into<String>,
+        child: impl crate::subgraph::ForeignGraph<S>,
+        options: NodeOptions,
+    ) -> Self {
+        self.push_node(name.into(), NodeKind::Foreign(Arc::new(child)), options);
         self
     }
 

@@ -18,6 +18,7 @@ pub mod retry;
 pub mod state;
 pub mod store;
 pub mod stream;
+pub mod subgraph;
 
 pub use ferrograph_macros::State;
 

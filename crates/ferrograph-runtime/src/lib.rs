@@ -33,3 +33,4 @@ pub use runner::{
     GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, SnapshotTask, StateEdit, StateSnapshot,
 };
 pub use runtime::Runtime;
+pub use subgraph::MappedSubgraph;

@@ -127,7 +127,7 @@ impl<S: State> Actor for AgentActor<S> {
             input,
             ctx,
             resume,
-            child,
+            child: child_saved,
             max_steps,
             events,
             reply,
@@ -150,6 +150,30 @@ impl<S: State> Actor for AgentActor<S> {
                         Err(e) => TaskResult::Failed(e),
                     }
                 }
+                NodeKind::Foreign(child) => {
+                    let Some(runtime) = pool.runtime.upgrade() else {
+                        return TaskResult::Failed(NodeError::fatal("the runtime is gone"));
+                    };
+                    let call = ferrograph_core::subgraph::ChildCall {
+                        ctx: ctx.clone(),
+                        saved: child_saved,
+                        resume,
+                        max_steps,
+                    };
+                    match child.run(runtime, input, call).await {
+                        ferrograph_core::subgraph::ChildOutcome::Output(out) => {
+                            TaskResult::Output(out)
+                        }
+                        ferrograph_core::subgraph::ChildOutcome::Interrupted {
+                            interrupts,
+                            saved,
+                        } => TaskResult::Interrupted {
+                            interrupts,
+                            child: Some(saved),
+                        },
+                        ferrograph_core::subgraph::ChildOutcome::Failed(e) => TaskResult::Failed(e),
+                    }
+                }
                 NodeKind::Subgraph(graph) => {
                     let Some(runtime) = pool.runtime.upgrade() else {
                         return TaskResult::Failed(NodeError::fatal("the runtime is gone"));
@@ -159,7 +183,7 @@ impl<S: State> Actor for AgentActor<S> {
                         graph.clone(),
                         input,
                         &ctx,
-                        child,
+                        child_saved,
                         resume,
                         max_steps,
                         events.clone(),

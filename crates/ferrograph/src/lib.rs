@@ -48,8 +48,8 @@ pub use ferrograph_core::{
 pub use settings::WorkflowSettings;
 
 pub use ferrograph_runtime::{
-    Durability, Entry, GraphRunner, Registry, RegistryError, RunConfig, RunError, RunInput,
-    RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig, SnapshotTask, StateEdit,
+    Durability, Entry, GraphRunner, MappedSubgraph, Registry, RegistryError, RunConfig, RunError,
+    RunInput, RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig, SnapshotTask, StateEdit,
     StateSnapshot,
 };
 
