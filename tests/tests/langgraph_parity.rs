@@ -937,3 +937,99 @@ async fn a_subgraph_with_its_own_state_maps_input_and_output_and_resumes_inside(
         vec!["before", "quiz on fractions: 1/2", "after"]
     );
 }
+
+// ---------------------------------------------------------------- overwrite
+
+// LangGraph `Overwrite`: a write that replaces a channel's value, bypassing its reducer; it wins
+// over the step's other writes to that channel, and two overwrites of one channel in a step are
+// an error. Here: the recorded checkpoints replay it as an overwrite (get_state and history
+// read it back from the saver), and an overwrite recorded as a pending write survives an
+// interrupt in its step.
+#[tokio::test]
+async fn an_overwrite_bypasses_the_merge_rule() {
+    let g = StateGraph::<Doc>::new("over")
+        .add_node("fill", |_s, _c| async {
+            Ok(DocUpdate::new().log(vec!["a".into(), "b".into()]).count(3))
+        })
+        .add_node("reset", |_s, _c| async {
+            Ok(Command::new().overwrite(DocUpdate::new().log(vec!["reset".into()]).count(10)))
+        })
+        .add_node("append", |_s, _c| async { Ok(log("same-step append")) })
+        .add_node("ask", |_s, ctx: Ctx| async move {
+            let a: String = ctx.interrupt("go on?")?;
+            Ok(DocUpdate::new().answers(vec![a]))
+        })
+        .add_node("after", |_s, _c| async { Ok(log("after").count(1)) })
+        .add_edge(START, "fill")
+        .add_edge("fill", "reset")
+        .add_edge("fill", "append")
+        .add_edge("fill", "ask")
+        .add_join(["reset", "append", "ask"], "after")
+        .add_edge("after", END)
+        .compile()
+        .unwrap();
+    let r = runner(g).await;
+    let cfg = || RunConfig::thread("ow");
+    let out = r.invoke(input(DocUpdate::new()), cfg()).await.unwrap();
+    assert_eq!(out.status, RunStatus::Interrupted);
+    // `reset` finished before the step stopped: its overwrite waits as a pending write.
+    let snap = r.get_state("ow", None).await.unwrap();
+    assert_eq!(
+        snap.values.log,
+        vec!["reset"],
+        "the pending overwrite, applied to the view"
+    );
+    let out = r
+        .invoke(RunInput::resume(serde_json::json!("yes")), cfg())
+        .await
+        .unwrap();
+    assert_eq!(out.status, RunStatus::Done);
+    assert_eq!(
+        out.state.log,
+        vec!["reset", "after"],
+        "the overwrite wins over the append"
+    );
+    assert_eq!(out.state.count, 11);
+    // Read back from the saver (deltas replayed), not from memory.
+    let loaded = r.get_state("ow", None).await.unwrap();
+    assert_eq!(loaded.values.log, vec!["reset", "after"]);
+    assert_eq!(loaded.values.count, 11);
+    let history = r.get_state_history("ow").await.unwrap();
+    assert_eq!(history[0].values.log, vec!["reset", "after"]);
+    assert!(history[1].writers.contains(&"reset".to_string()));
+
+    // As a run's input, with a goto.
+    let out = r
+        .invoke(
+            RunInput::Command(
+                Command::new()
+                    .overwrite(DocUpdate::new().log(vec!["fresh".into()]))
+                    .goto("after"),
+            ),
+            cfg(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.state.log, vec!["fresh", "after"]);
+
+    // Two overwrites of one field in a step conflict, naming both nodes.
+    let g = StateGraph::<Doc>::new("two")
+        .add_node("x", |_s, _c| async { Ok(NodeOutput::overwrite(log("x"))) })
+        .add_node("y", |_s, _c| async { Ok(NodeOutput::overwrite(log("y"))) })
+        .add_edge(START, "x")
+        .add_edge(START, "y")
+        .add_edge("x", END)
+        .add_edge("y", END)
+        .compile()
+        .unwrap();
+    let err = runner(g)
+        .await
+        .invoke(input(DocUpdate::new()), RunConfig::thread("c"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("`log`") && text.contains("`x`") && text.contains("`y`"),
+        "{text}"
+    );
+}

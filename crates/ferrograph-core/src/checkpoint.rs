@@ -413,6 +413,9 @@ struct OutputBody<S: State> {
 enum GotoBody<S: State> {
     Node(String),
     Send(SendTo<S>),
+    /// An overwrite of the output (kept here, after the goto variants, so that outputs
+    /// recorded before overwrites existed still decode).
+    Overwrite(S::Update),
 }
 
 /// The most bytes one decode may claim for strings and vectors. A body that passes its CRC can
@@ -484,6 +487,7 @@ pub(crate) fn migrate_output_body<Old: State, New: State>(
                     node: s.node,
                     input: state(s.input),
                 }),
+                GotoBody::Overwrite(u) => GotoBody::Overwrite(update(u)),
             })
             .collect(),
         target: old.target,
@@ -536,6 +540,7 @@ pub fn encode_output<S: State>(output: &NodeOutput<S>) -> Result<Vec<u8>, CodecE
                 Goto::Node(n) => GotoBody::Node(n.clone()),
                 Goto::Send(s) => GotoBody::Send(s.clone()),
             })
+            .chain(output.overwrites.iter().cloned().map(GotoBody::Overwrite))
             .collect(),
         target: output.target,
     };
@@ -545,17 +550,20 @@ pub fn encode_output<S: State>(output: &NodeOutput<S>) -> Result<Vec<u8>, CodecE
 /// Decodes a task output from a pending write.
 pub fn decode_output<S: State>(bytes: &[u8]) -> Result<NodeOutput<S>, CodecError> {
     let body: OutputBody<S> = decode_current::<S, _>(crate::migrate::Payload::Output, bytes)?;
+    let mut goto = Vec::with_capacity(body.goto.len());
+    let mut overwrites = Vec::new();
+    for g in body.goto {
+        match g {
+            GotoBody::Node(n) => goto.push(Goto::Node(n)),
+            GotoBody::Send(s) => goto.push(Goto::Send(s)),
+            GotoBody::Overwrite(u) => overwrites.push(u),
+        }
+    }
     Ok(NodeOutput {
         updates: body.updates,
-        goto: body
-            .goto
-            .into_iter()
-            .map(|g| match g {
-                GotoBody::Node(n) => Goto::Node(n),
-                GotoBody::Send(s) => Goto::Send(s),
-            })
-            .collect(),
+        goto,
         target: body.target,
+        overwrites,
     })
 }
 
@@ -704,8 +712,9 @@ pub fn encode_checkpoint<S: State>(
 ) -> Result<CheckpointRecord, CodecError> {
     let mut writers: Vec<String> = Vec::new();
     for (w, _) in writes {
-        if !writers.contains(w) {
-            writers.push(w.clone());
+        let w = crate::state::writer_node(w);
+        if !writers.iter().any(|x| x == w) {
+            writers.push(w.to_string());
         }
     }
     let mut payload = None;
@@ -957,7 +966,7 @@ fn materialize<S: State>(
                 };
                 stats.delta_bytes += record.payload.len();
                 for (node, update) in writes {
-                    s.apply(update).map_err(|e| {
+                    crate::state::replay_write(s, &node, update).map_err(|e| {
                         corrupt(
                             &record,
                             CodecError::Decode(format!("replaying the update of `{node}`: {e}")),
@@ -1022,7 +1031,7 @@ pub async fn load_history<S: State>(
                 };
                 let mut s = (*base).clone();
                 for (node, update) in writes {
-                    s.apply(update).map_err(|e| {
+                    crate::state::replay_write(&mut s, &node, update).map_err(|e| {
                         corrupt(
                             &record,
                             CodecError::Decode(format!("replaying the update of `{node}`: {e}")),

@@ -6,6 +6,8 @@
 //! - the tasks of a step all see the same snapshot of the state;
 //! - at the barrier their updates are merged in plan order, never in finishing order;
 //! - two tasks writing the same overwrite field in one step is an error naming both;
+//! - overwrites (values that bypass a field's rule) apply after the step's merges, and two
+//!   tasks overwriting one field in a step conflict;
 //! - a node triggered by several edges in one step runs once; every `Send` is its own task;
 //! - routers run on the merged state;
 //! - a join target runs once each of its sources has finished since it last ran.
@@ -13,7 +15,7 @@
 use crate::graph::{Branch, CompiledGraph};
 use crate::id::{ordered_id, stable_hash};
 use crate::node::{CommandTarget, Goto, NodeOutput, END};
-use crate::state::{ReducerError, State};
+use crate::state::{ReducerError, State, StateUpdate, OVERWRITE_MARK};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -326,6 +328,14 @@ impl<S: State> CompiledGraph<S> {
                     }
                 });
             }
+            // An overwrite is an exclusive write of every field it sets, whatever its rule.
+            for u in &f.output.overwrites {
+                for name in u.fields_set() {
+                    if !fields.contains(&name) {
+                        fields.push(name)
+                    }
+                }
+            }
             for field in fields {
                 match first_writer.iter().find(|(n, _)| *n == field) {
                     Some(&(_, other)) => {
@@ -353,6 +363,18 @@ impl<S: State> CompiledGraph<S> {
                             source,
                         })?;
                     writes.push((f.task.node.clone(), u));
+                }
+            }
+            // Overwrites after every merge of the step: they win over them.
+            for f in &mut finished {
+                for u in std::mem::take(&mut f.output.overwrites) {
+                    target
+                        .overwrite(u.clone())
+                        .map_err(|source| StepError::Reducer {
+                            node: f.task.node.clone(),
+                            source,
+                        })?;
+                    writes.push((format!("{OVERWRITE_MARK}{}", f.task.node), u));
                 }
             }
         }
@@ -434,16 +456,34 @@ impl<S: State> CompiledGraph<S> {
         update: Option<S::Update>,
         goto: Vec<Goto<S>>,
     ) -> Result<StepCommit<S>, StepError> {
+        self.commit_command_with(frame, update, None, goto)
+    }
+
+    /// [`CompiledGraph::commit_command`] with an overwrite applied after the update.
+    pub fn commit_command_with(
+        &self,
+        frame: &Frame<S>,
+        update: Option<S::Update>,
+        overwrite: Option<S::Update>,
+        goto: Vec<Goto<S>>,
+    ) -> Result<StepCommit<S>, StepError> {
         let mut state = frame.state.clone();
         let mut writes = Vec::new();
+        let input_err = |source| StepError::Reducer {
+            node: "__input__".into(),
+            source,
+        };
         if let Some(update) = update {
             Arc::make_mut(&mut state)
                 .apply(update.clone())
-                .map_err(|source| StepError::Reducer {
-                    node: "__input__".into(),
-                    source,
-                })?;
+                .map_err(input_err)?;
             writes.push(("__input__".to_string(), update));
+        }
+        if let Some(values) = overwrite {
+            Arc::make_mut(&mut state)
+                .overwrite(values.clone())
+                .map_err(input_err)?;
+            writes.push((format!("{OVERWRITE_MARK}__input__"), values));
         }
         let checkpoint_id = ordered_id();
         let mut planner = Planner::new(self);

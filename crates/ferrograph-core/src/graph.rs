@@ -154,7 +154,7 @@ impl fmt::Display for GraphProblem {
             GraphProblem::DuplicateNode(n) => write!(f, "duplicate node name `{n}`"),
             GraphProblem::InvalidName(n) => write!(
                 f,
-                "invalid node name `{n}` (empty, reserved, or containing '/' or ':')"
+                "invalid node name `{n}` (empty, reserved, or containing '/', ':' or a control character)"
             ),
             GraphProblem::UnknownTarget { from, target } => {
                 write!(f, "`{from}` refers to unknown node `{target}`")
@@ -215,6 +215,7 @@ impl<S: State> StateGraph<S> {
             || name == END
             || name.contains('/')
             || name.contains(':')
+            || name.chars().any(char::is_control)
         {
             self.problems.push(GraphProblem::InvalidName(name.clone()));
         }

@@ -91,6 +91,9 @@ pub struct Command<S: State> {
     pub resume: Option<crate::interrupt::Resume>,
     /// Which graph the update and goto apply to.
     pub target: CommandTarget,
+    /// Values that replace fields as they are, bypassing the fields' merge rules (LangGraph's
+    /// `Overwrite`).
+    pub overwrite: Option<S::Update>,
 }
 
 impl<S: State> Default for Command<S> {
@@ -100,6 +103,7 @@ impl<S: State> Default for Command<S> {
             goto: Vec::new(),
             resume: None,
             target: CommandTarget::Current,
+            overwrite: None,
         }
     }
 }
@@ -131,6 +135,16 @@ impl<S: State> Command<S> {
         self
     }
 
+    /// Replaces the fields `values` sets with its values, bypassing their merge rules
+    /// (LangGraph's `Overwrite`): an append list becomes exactly the given list, a counter
+    /// exactly the given number. Applied after the step's ordinary updates, so it wins over
+    /// them; two tasks overwriting one field in a step conflict.
+    #[must_use]
+    pub fn overwrite(mut self, values: S::Update) -> Self {
+        self.overwrite = Some(values);
+        self
+    }
+
     /// A command that resumes the pending interrupt(s).
     pub fn resume(resume: crate::interrupt::Resume) -> Self {
         Command {
@@ -149,6 +163,8 @@ pub struct NodeOutput<S: State> {
     pub goto: Vec<Goto<S>>,
     /// Which graph the output addresses.
     pub target: CommandTarget,
+    /// Values that replace fields, bypassing their merge rules (see [`Command::overwrite`]).
+    pub overwrites: Vec<S::Update>,
 }
 
 impl<S: State> Default for NodeOutput<S> {
@@ -157,6 +173,7 @@ impl<S: State> Default for NodeOutput<S> {
             updates: Vec::new(),
             goto: Vec::new(),
             target: CommandTarget::Current,
+            overwrites: Vec::new(),
         }
     }
 }
@@ -174,6 +191,14 @@ impl<S: State> NodeOutput<S> {
             ..Self::default()
         }
     }
+
+    /// An output that overwrites the fields `values` sets (see [`Command::overwrite`]).
+    pub fn overwrite(values: S::Update) -> Self {
+        NodeOutput {
+            overwrites: vec![values],
+            ..Self::default()
+        }
+    }
 }
 
 impl<S: State> From<()> for NodeOutput<S> {
@@ -188,6 +213,7 @@ impl<S: State> From<Command<S>> for NodeOutput<S> {
             updates: c.update.into_iter().collect(),
             goto: c.goto,
             target: c.target,
+            overwrites: c.overwrite.into_iter().collect(),
         }
     }
 }

@@ -52,6 +52,41 @@ pub trait State:
     /// Calls `f` with the name of every overwrite-rule field that `update` sets. Two different
     /// tasks setting the same overwrite field in one superstep is a conflict.
     fn overwritten_fields(update: &Self::Update, f: &mut dyn FnMut(&'static str));
+
+    /// Replaces every field `update` sets, bypassing its merge rule (LangGraph's
+    /// `Overwrite`): the field becomes what its rule makes of the written value starting from
+    /// the field's default (an append list becomes the list, a counter the number).
+    /// `#[derive(State)]` implements it; the default refuses.
+    fn overwrite(&mut self, update: Self::Update) -> Result<(), ReducerError> {
+        let _ = update;
+        Err(ReducerError::Custom(
+            "this state type does not support overwrites (derive State to get them)".into(),
+        ))
+    }
+}
+
+/// Marks, in a step's recorded writes, an update applied with [`State::overwrite`] rather
+/// than merged: the writer's name is prefixed with it (node names cannot hold control
+/// characters).
+pub const OVERWRITE_MARK: &str = "\u{1}overwrite:";
+
+/// Replays one recorded write: an overwrite when its writer carries [`OVERWRITE_MARK`], a
+/// merge otherwise.
+pub fn replay_write<S: State>(
+    state: &mut S,
+    writer: &str,
+    update: S::Update,
+) -> Result<(), ReducerError> {
+    if writer.starts_with(OVERWRITE_MARK) {
+        state.overwrite(update)
+    } else {
+        state.apply(update)
+    }
+}
+
+/// The node that made a recorded write (without [`OVERWRITE_MARK`]).
+pub fn writer_node(writer: &str) -> &str {
+    writer.strip_prefix(OVERWRITE_MARK).unwrap_or(writer)
 }
 
 /// The update type generated for a [`State`].

@@ -182,6 +182,7 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
     let mut set_names = Vec::new();
     let mut merge_checks = Vec::new();
     let mut merge_arms = Vec::new();
+    let mut overwrite_value_arms = Vec::new();
     let mut field_names = Vec::new();
 
     for spec in &specs {
@@ -190,13 +191,14 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
         let fname = ident.to_string();
         let fname = fname.trim_start_matches("r#").to_string();
         field_names.push(fname.clone());
-        let (update_ty, apply, overwrite, combinable, combine) = match &spec.rule {
+        let (update_ty, apply, fresh_apply, overwrite, combinable, combine) = match &spec.rule {
             Rule::Builtin(rule) => {
                 let r = format_ident!("{}", rule);
                 let reducer = quote!(<#core::state::#r as #core::state::Reducer<#ty>>);
                 (
                     quote!(#reducer::Update),
                     quote!(#reducer::reduce(&mut self.#ident, v)),
+                    quote!(#reducer::reduce(&mut fresh.#ident, v)),
                     quote!(#reducer::OVERWRITE),
                     quote!(#reducer::COMBINABLE),
                     quote!(#reducer::combine(a, b)),
@@ -207,6 +209,7 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
                 (
                     quote!(#reducer::Update),
                     quote!(#reducer::reduce(&mut self.#ident, v)),
+                    quote!(#reducer::reduce(&mut fresh.#ident, v)),
                     quote!(#reducer::OVERWRITE),
                     quote!(#reducer::COMBINABLE),
                     quote!(#reducer::combine(a, b)),
@@ -217,6 +220,7 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
                 (
                     u,
                     quote!({ #func(&mut self.#ident, v); ::core::result::Result::Ok(()) }),
+                    quote!({ #func(&mut fresh.#ident, v); ::core::result::Result::Ok(()) }),
                     quote!(false),
                     quote!(false),
                     quote!({
@@ -225,6 +229,13 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
                 )
             }
         };
+        overwrite_value_arms.push(quote! {
+            if let ::core::option::Option::Some(v) = update.#ident {
+                let r: ::core::result::Result<(), #core::state::ReducerError> = #fresh_apply;
+                r.map_err(|e| e.in_field(#fname))?;
+                ::core::mem::swap(&mut self.#ident, &mut fresh.#ident);
+            }
+        });
         merge_checks.push(quote! {
             if !(#combinable) && self.#ident.is_some() && later.#ident.is_some() {
                 return ::core::result::Result::Err(later);
@@ -328,6 +339,16 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
             #[allow(unused_variables)]
             fn overwritten_fields(update: &#update_name, f: &mut dyn FnMut(&'static str)) {
                 #(#overwrite_arms)*
+            }
+
+            #[allow(unused_variables, unused_mut)]
+            fn overwrite(&mut self, update: #update_name)
+                -> ::core::result::Result<(), #core::state::ReducerError> {
+                // Each set field becomes what its rule makes of the value from the field's
+                // default; the old value is swapped out and dropped.
+                let mut fresh = <Self as ::core::default::Default>::default();
+                #(#overwrite_value_arms)*
+                ::core::result::Result::Ok(())
             }
         }
 

@@ -929,6 +929,7 @@ impl<S: State> RunState<S> {
                 let p = parent.get_or_insert_with(NodeOutput::empty);
                 p.updates.extend(output.updates);
                 p.goto.extend(output.goto);
+                p.overwrites.extend(output.overwrites);
                 continue;
             }
             finished.push(FinishedTask {
@@ -939,7 +940,11 @@ impl<S: State> RunState<S> {
         let task_updates: Vec<(String, Vec<S::Update>)> = if self.wants(StreamMode::Updates) {
             finished
                 .iter()
-                .map(|f| (f.task.node.clone(), f.output.updates.clone()))
+                .map(|f| {
+                    let mut all = f.output.updates.clone();
+                    all.extend(f.output.overwrites.iter().cloned());
+                    (f.task.node.clone(), all)
+                })
                 .collect()
         } else {
             Vec::new()

@@ -444,13 +444,14 @@ impl<S: State> GraphRunner<S> {
                     goto,
                     resume,
                     target,
+                    overwrite,
                 } = command;
                 if target != CommandTarget::Current {
                     return Err(RunError::InvalidInput(
                         "a command given as a run's input cannot address a parent graph".into(),
                     ));
                 }
-                if update.is_none() && goto.is_empty() && resume.is_none() {
+                if update.is_none() && overwrite.is_none() && goto.is_empty() && resume.is_none() {
                     return Err(RunError::InvalidInput(
                         "an empty command: give it an update, a goto or a resume value".into(),
                     ));
@@ -469,8 +470,10 @@ impl<S: State> GraphRunner<S> {
                     });
                 }
                 let mut frame = base.unwrap_or_else(|| Frame::empty(&self.graph));
-                if update.is_some() || !goto.is_empty() {
-                    let mut commit = self.graph.commit_command(&frame, update, goto)?;
+                if update.is_some() || overwrite.is_some() || !goto.is_empty() {
+                    let mut commit = self
+                        .graph
+                        .commit_command_with(&frame, update, overwrite, goto)?;
                     if fresh {
                         commit.frame.parent_id = None;
                     }
@@ -674,6 +677,7 @@ impl<S: State> GraphRunner<S> {
         let mut values = loaded.frame.state.clone();
         let mut next = Vec::with_capacity(loaded.frame.next.len());
         let mut tasks = Vec::with_capacity(loaded.frame.next.len());
+        let mut overwrites = Vec::new();
         for task in &loaded.frame.next {
             let mut finished = false;
             let mut error = None;
@@ -700,6 +704,13 @@ impl<S: State> GraphRunner<S> {
                                 }
                             })?;
                         }
+                        // As at the barrier: overwrites after every merge of the step.
+                        overwrites.extend(
+                            output
+                                .overwrites
+                                .into_iter()
+                                .map(|u| (task.node.clone(), u)),
+                        );
                     }
                     PendingKind::Error(e) => error = Some(e.clone()),
                     _ => {}
@@ -714,6 +725,11 @@ impl<S: State> GraphRunner<S> {
                 finished,
                 error,
             });
+        }
+        for (node, update) in overwrites {
+            Arc::make_mut(&mut values)
+                .overwrite(update)
+                .map_err(|source| ferrograph_core::engine::StepError::Reducer { node, source })?;
         }
         Ok(StateSnapshot {
             next,

@@ -59,6 +59,7 @@ pub(crate) async fn run_subgraph<S: State>(
         ChildRun::Parent(output) => TaskResult::Output(NodeOutput {
             updates: output.updates,
             goto: output.goto,
+            overwrites: output.overwrites,
             ..NodeOutput::empty()
         }),
         ChildRun::Interrupted { interrupts, saved } => TaskResult::Interrupted {
