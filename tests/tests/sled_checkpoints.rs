@@ -217,8 +217,16 @@ async fn a_failed_step_keeps_finished_siblings_across_reopen() {
     assert_eq!(writes[0].node, "ok");
     assert!(matches!(writes[1].kind, PendingKind::Error(_)));
     let (_rt, runner) = runner_on(graph(), saver.clone()).await;
+    // After the reopen the thread's view shows the finished sibling's pending write applied
+    // and only the failed task as next; the checkpoint itself is the bare one.
     let snap = runner.get_state("t1", None).await.unwrap();
-    assert_eq!(snap.values.log, vec!["input"]);
+    assert_eq!(snap.values.log, vec!["input", "ok"]);
+    assert_eq!(snap.next, vec!["flaky"]);
+    let bare = runner
+        .get_state("t1", Some(&head.checkpoint_id))
+        .await
+        .unwrap();
+    assert_eq!(bare.values.log, vec!["input"]);
     fail.store(false, Ordering::SeqCst);
     let out = runner
         .invoke(RunInput::Continue, RunConfig::thread("t1"))

@@ -66,6 +66,9 @@ pub(crate) enum RunEnd<S: State> {
     },
     Interrupted {
         frame: Frame<S>,
+        /// The state as the caller sees it: the frame's, with the outputs of the tasks that
+        /// finished in the stopped step applied (as `get_state` shows it).
+        view: Arc<S>,
         interrupts: Vec<Interrupt>,
         pending: Vec<PendingWrite>,
         /// Subgraph mode: updates merged so far.
@@ -816,7 +819,39 @@ impl<S: State> RunState<S> {
         })
         .await?;
         self.emit_interrupt(&interrupts).await;
-        Ok(Flow::End(self.interrupted(interrupts)))
+        let view = self.args.frame.state.clone();
+        Ok(Flow::End(self.interrupted(interrupts, view)))
+    }
+
+    /// The frame's state with the outputs of the step's finished tasks applied in plan order
+    /// (merges, then overwrites), as the caller sees a step that stopped part-way.
+    fn step_view(&self) -> Arc<S> {
+        let mut view = self.args.frame.state.clone();
+        let done = || {
+            self.slots.iter().filter_map(|s| match &s.state {
+                SlotState::Done(out) if out.target == CommandTarget::Current => Some(out),
+                _ => None,
+            })
+        };
+        if done().next().is_none() {
+            return view;
+        }
+        let target = Arc::make_mut(&mut view);
+        for out in done() {
+            for u in &out.updates {
+                if target.apply(u.clone()).is_err() {
+                    return self.args.frame.state.clone();
+                }
+            }
+        }
+        for out in done() {
+            for u in &out.overwrites {
+                if target.overwrite(u.clone()).is_err() {
+                    return self.args.frame.state.clone();
+                }
+            }
+        }
+        view
     }
 
     /// The interrupt event: sent whenever the run streams, whatever the modes.
@@ -830,9 +865,10 @@ impl<S: State> RunState<S> {
         }
     }
 
-    fn interrupted(&self, interrupts: Vec<Interrupt>) -> RunEnd<S> {
+    fn interrupted(&self, interrupts: Vec<Interrupt>, view: Arc<S>) -> RunEnd<S> {
         RunEnd::Interrupted {
             frame: self.args.frame.clone(),
+            view,
             interrupts,
             pending: self.args.pending.clone(),
             merged: self.collected.clone(),
@@ -905,15 +941,32 @@ impl<S: State> RunState<S> {
                     .iter()
                     .filter_map(|s| match &s.state {
                         SlotState::Done(out) if out.target == CommandTarget::Current => {
-                            Some((s.task.node.clone(), out.updates.clone()))
+                            let mut all = out.updates.clone();
+                            all.extend(out.overwrites.iter().cloned());
+                            Some((s.task.node.clone(), all))
                         }
                         _ => None,
                     })
                     .collect();
                 self.emit_task_updates(self.args.frame.step + 1, done).await;
             }
+            // The caller sees what get_state shows: the finished tasks' outputs applied.
+            let view = self.step_view();
+            if !Arc::ptr_eq(&view, &self.args.frame.state) {
+                let (ns, step, state) = (
+                    self.args.namespace.clone(),
+                    self.args.frame.step + 1,
+                    view.clone(),
+                );
+                self.emit(StreamMode::Values, || StreamEvent::Values {
+                    namespace: ns,
+                    step,
+                    state,
+                })
+                .await;
+            }
             self.emit_interrupt(&interrupts).await;
-            return Ok(Flow::End(self.interrupted(interrupts)));
+            return Ok(Flow::End(self.interrupted(interrupts, view)));
         }
 
         // Everything finished: merge in plan order.

@@ -182,8 +182,15 @@ impl<S: State> Outcome<S> {
         match end {
             RunEnd::Done { frame, .. } => Ok(make(RunStatus::Done, frame, Vec::new())),
             RunEnd::Interrupted {
-                frame, interrupts, ..
-            } => Ok(make(RunStatus::Interrupted, frame, interrupts)),
+                frame,
+                view,
+                interrupts,
+                ..
+            } => {
+                let mut outcome = make(RunStatus::Interrupted, frame, interrupts);
+                outcome.state = view;
+                Ok(outcome)
+            }
             RunEnd::Drained { frame } => Ok(make(RunStatus::Drained, frame, Vec::new())),
             RunEnd::Parent { .. } => Err(RunError::Internal(
                 "a root graph ended with a parent command".into(),

@@ -171,6 +171,7 @@ pub(crate) async fn run_child<S: State>(
             interrupts,
             pending,
             merged,
+            ..
         }) => match encode_subgraph(&frame, &pending, &merged) {
             Ok(saved) => ChildRun::Interrupted { interrupts, saved },
             Err(e) => ChildRun::Failed(NodeError::fatal(format!(
