@@ -191,44 +191,44 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
         let fname = ident.to_string();
         let fname = fname.trim_start_matches("r#").to_string();
         field_names.push(fname.clone());
-        let (update_ty, apply, fresh_apply, overwrite, combinable, combine) = match &spec.rule {
+        let reducer = match &spec.rule {
             Rule::Builtin(rule) => {
                 let r = format_ident!("{}", rule);
-                let reducer = quote!(<#core::state::#r as #core::state::Reducer<#ty>>);
-                (
-                    quote!(#reducer::Update),
-                    quote!(#reducer::reduce(&mut self.#ident, v)),
-                    quote!(#reducer::reduce(&mut fresh.#ident, v)),
-                    quote!(#reducer::OVERWRITE),
-                    quote!(#reducer::COMBINABLE),
-                    quote!(#reducer::combine(a, b)),
-                )
+                Some(quote!(<#core::state::#r as #core::state::Reducer<#ty>>))
             }
-            Rule::Using(r) => {
-                let reducer = quote!(<#r as #core::state::Reducer<#ty>>);
-                (
-                    quote!(#reducer::Update),
-                    quote!(#reducer::reduce(&mut self.#ident, v)),
-                    quote!(#reducer::reduce(&mut fresh.#ident, v)),
-                    quote!(#reducer::OVERWRITE),
-                    quote!(#reducer::COMBINABLE),
-                    quote!(#reducer::combine(a, b)),
-                )
-            }
-            Rule::With { func, update } => {
-                let u = update.as_ref().map(|u| quote!(#u)).unwrap_or(quote!(#ty));
-                (
-                    u,
-                    quote!({ #func(&mut self.#ident, v); ::core::result::Result::Ok(()) }),
-                    quote!({ #func(&mut fresh.#ident, v); ::core::result::Result::Ok(()) }),
-                    quote!(false),
-                    quote!(false),
-                    quote!({
-                        *a = b;
-                    }),
-                )
-            }
+            Rule::Using(r) => Some(quote!(<#r as #core::state::Reducer<#ty>>)),
+            Rule::With { .. } => None,
         };
+        let (update_ty, apply, fresh_apply, overwrite, combinable, combine) =
+            match (reducer, &spec.rule) {
+                (Some(reducer), _) => (
+                    quote!(#reducer::Update),
+                    quote!(#reducer::reduce(&mut self.#ident, v)),
+                    quote!(#reducer::reduce(&mut fresh.#ident, v)),
+                    quote!(#reducer::OVERWRITE),
+                    quote!(#reducer::COMBINABLE),
+                    quote!(#reducer::combine(a, b)),
+                ),
+                (None, Rule::With { func, update }) => {
+                    let u = update.as_ref().map(|u| quote!(#u)).unwrap_or(quote!(#ty));
+                    (
+                        u,
+                        quote!({ #func(&mut self.#ident, v); ::core::result::Result::Ok(()) }),
+                        quote!({ #func(&mut fresh.#ident, v); ::core::result::Result::Ok(()) }),
+                        quote!(false),
+                        quote!(false),
+                        quote!({
+                            *a = b;
+                        }),
+                    )
+                }
+                (None, _) => {
+                    return Err(syn::Error::new(
+                        spec.ident.span(),
+                        "internal error: a merge rule without its reducer",
+                    ))
+                }
+            };
         overwrite_value_arms.push(quote! {
             if let ::core::option::Option::Some(v) = update.#ident {
                 let r: ::core::result::Result<(), #core::state::ReducerError> = #fresh_apply;

@@ -420,20 +420,13 @@ impl<S: State> GraphRunner<S> {
                 }
                 pending.clear();
                 if writer.is_on() {
-                    let record = encode_checkpoint(
+                    let record = encode_record(
                         &thread_name,
                         &commit.frame,
                         &commit.writes,
                         CheckpointSource::Input,
                         &mut stats,
-                    )
-                    .map_err(|source| {
-                        ferrograph_core::CheckpointError::Corrupt {
-                            thread: thread_name.clone(),
-                            checkpoint: commit.frame.checkpoint_id.clone(),
-                            source,
-                        }
-                    })?;
+                    )?;
                     // Flushed before any task runs: tasks are planned (and their ids, which nodes may use
                     // as idempotency keys, derived) from this checkpoint.
                     writer.put(record).await?;
@@ -495,20 +488,13 @@ impl<S: State> GraphRunner<S> {
                                 )
                                 .await?;
                         }
-                        let record = encode_checkpoint(
+                        let record = encode_record(
                             &thread_name,
                             &commit.frame,
                             &commit.writes,
                             CheckpointSource::Input,
                             &mut stats,
-                        )
-                        .map_err(|source| {
-                            ferrograph_core::CheckpointError::Corrupt {
-                                thread: thread_name.clone(),
-                                checkpoint: commit.frame.checkpoint_id.clone(),
-                                source,
-                            }
-                        })?;
+                        )?;
                         writer.put(record).await?;
                     }
                     pending = carried;
@@ -868,18 +854,13 @@ impl<S: State> GraphRunner<S> {
             let edits = edits.into_iter().map(|e| (e.as_node, e.update)).collect();
             let commit = self.graph.commit_edits(&frame, edits)?;
             carried = carry_pending(&carried, &commit.frame.next);
-            let record = encode_checkpoint(
+            let record = encode_record(
                 thread,
                 &commit.frame,
                 &commit.writes,
                 CheckpointSource::Update,
                 &mut stats,
-            )
-            .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
-                thread: thread.to_string(),
-                checkpoint: commit.frame.checkpoint_id.clone(),
-                source,
-            })?;
+            )?;
             records.push((record, carried.clone()));
             frame = commit.frame;
         }
@@ -979,12 +960,7 @@ impl<S: State> GraphRunner<S> {
         frame.parent_id = None;
         frame.checkpoint_id = ferrograph_core::id::ordered_id();
         let mut stats = ChainStats::default();
-        let record = encode_checkpoint(new_thread, &frame, &[], CheckpointSource::Fork, &mut stats)
-            .map_err(|source| ferrograph_core::CheckpointError::Corrupt {
-                thread: new_thread.to_string(),
-                checkpoint: frame.checkpoint_id.clone(),
-                source,
-            })?;
+        let record = encode_record(new_thread, &frame, &[], CheckpointSource::Fork, &mut stats)?;
         saver.put(record).await?;
         let mut info = ThreadInfo::new(new_thread, self.graph.name());
         info.status = ferrograph_core::ThreadStatus::Interrupted;
@@ -995,6 +971,24 @@ impl<S: State> GraphRunner<S> {
         saver.flush().await?;
         Ok(frame.checkpoint_id)
     }
+}
+
+/// A checkpoint record for `frame`; an encoding failure names the thread and checkpoint.
+fn encode_record<S: State>(
+    thread: &str,
+    frame: &Frame<S>,
+    writes: &[(String, S::Update)],
+    source: CheckpointSource,
+    stats: &mut ChainStats,
+) -> Result<ferrograph_core::checkpoint::CheckpointRecord, RunError> {
+    encode_checkpoint(thread, frame, writes, source, stats).map_err(|source| {
+        ferrograph_core::CheckpointError::Corrupt {
+            thread: thread.to_string(),
+            checkpoint: frame.checkpoint_id.clone(),
+            source,
+        }
+        .into()
+    })
 }
 
 /// Marks a thread record as running (its input or answers were accepted).
