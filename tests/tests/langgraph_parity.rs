@@ -1033,3 +1033,30 @@ async fn an_overwrite_bypasses_the_merge_rule() {
         "{text}"
     );
 }
+
+// LangGraph: after a run stops part-way through a step, what comes next is the unfinished
+// tasks only; the run's own answer and `get_state` agree.
+#[tokio::test]
+async fn an_interrupted_run_and_get_state_agree_on_next() {
+    let g = StateGraph::<Doc>::new("agree")
+        .add_node("done_first", |_s, _c| async { Ok(log("done")) })
+        .add_node("ask", |_s, ctx: Ctx| async move {
+            let a: String = ctx.interrupt("?")?;
+            Ok(DocUpdate::new().answers(vec![a]))
+        })
+        .add_edge(START, "done_first")
+        .add_edge(START, "ask")
+        .add_edge("done_first", END)
+        .add_edge("ask", END)
+        .compile()
+        .unwrap();
+    let r = runner(g).await;
+    let out = r
+        .invoke(input(DocUpdate::new()), RunConfig::thread("n"))
+        .await
+        .unwrap();
+    let snap = r.get_state("n", None).await.unwrap();
+    assert_eq!(out.next, vec!["ask"]);
+    assert_eq!(out.next, snap.next);
+    assert_eq!(*out.state, *snap.values);
+}

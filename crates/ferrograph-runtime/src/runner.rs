@@ -185,10 +185,24 @@ impl<S: State> Outcome<S> {
                 frame,
                 view,
                 interrupts,
+                pending,
                 ..
             } => {
+                // As get_state shows it: tasks that finished in the stopped step are not next.
+                let finished = |id: &str| {
+                    pending
+                        .iter()
+                        .any(|w| w.task_id == id && matches!(w.kind, PendingKind::Output(_)))
+                };
+                let next = frame
+                    .next
+                    .iter()
+                    .filter(|t| !finished(&t.id))
+                    .map(|t| t.node.clone())
+                    .collect();
                 let mut outcome = make(RunStatus::Interrupted, frame, interrupts);
                 outcome.state = view;
+                outcome.next = next;
                 Ok(outcome)
             }
             RunEnd::Drained { frame } => Ok(make(RunStatus::Drained, frame, Vec::new())),
