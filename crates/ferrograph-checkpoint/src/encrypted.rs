@@ -265,6 +265,18 @@ impl EncryptedSaver {
         })
     }
 
+    fn seal_writes(
+        &self,
+        thread: &str,
+        checkpoint: &str,
+        writes: Vec<PendingWrite>,
+    ) -> Result<Vec<PendingWrite>, CheckpointError> {
+        writes
+            .into_iter()
+            .map(|w| self.seal_write(thread, checkpoint, w))
+            .collect()
+    }
+
     fn open_write(
         &self,
         thread: &str,
@@ -348,10 +360,7 @@ impl CheckpointSaver for EncryptedSaver {
         checkpoint_id: &str,
         writes: Vec<PendingWrite>,
     ) -> Result<(), CheckpointError> {
-        let sealed = writes
-            .into_iter()
-            .map(|w| self.seal_write(thread_id, checkpoint_id, w))
-            .collect::<Result<Vec<_>, _>>()?;
+        let sealed = self.seal_writes(thread_id, checkpoint_id, writes)?;
         self.inner
             .put_writes(thread_id, checkpoint_id, sealed)
             .await
@@ -406,10 +415,7 @@ impl CheckpointSaver for EncryptedSaver {
         writes: Vec<PendingWrite>,
         info: ThreadInfo,
     ) -> Result<(), CheckpointError> {
-        let sealed = writes
-            .into_iter()
-            .map(|w| self.seal_write(thread_id, checkpoint_id, w))
-            .collect::<Result<Vec<_>, _>>()?;
+        let sealed = self.seal_writes(thread_id, checkpoint_id, writes)?;
         let info = self.seal_thread(info)?;
         self.inner
             .put_writes_and_thread(thread_id, checkpoint_id, sealed, info)

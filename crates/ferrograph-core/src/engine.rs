@@ -138,6 +138,44 @@ pub enum StepError {
     },
 }
 
+/// What one task of a step wrote: its node, its updates and its overwrites.
+pub type TaskWrites<S> = (String, Vec<<S as State>::Update>, Vec<<S as State>::Update>);
+
+/// Merges the outputs of a step's tasks (node, updates, overwrites), given in plan order, into
+/// `state`: every update with its field's rule, then every overwrite (which so wins over the
+/// step's merges). Returns the writes as recorded in a checkpoint, overwrites marked with
+/// [`OVERWRITE_MARK`]. The barrier, a command given as input and the views of a step that
+/// stopped part-way all merge through here.
+pub fn merge_outputs<S: State>(
+    state: &mut S,
+    outputs: Vec<TaskWrites<S>>,
+) -> Result<Vec<(String, S::Update)>, StepError> {
+    let mut writes = Vec::new();
+    let mut overwrites = Vec::new();
+    for (node, updates, later) in outputs {
+        for u in updates {
+            state
+                .apply(u.clone())
+                .map_err(|source| StepError::Reducer {
+                    node: node.clone(),
+                    source,
+                })?;
+            writes.push((node.clone(), u));
+        }
+        overwrites.extend(later.into_iter().map(|u| (node.clone(), u)));
+    }
+    for (node, u) in overwrites {
+        state
+            .overwrite(u.clone())
+            .map_err(|source| StepError::Reducer {
+                node: node.clone(),
+                source,
+            })?;
+        writes.push((format!("{OVERWRITE_MARK}{node}"), u));
+    }
+    Ok(writes)
+}
+
 /// Text of a panic payload.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
@@ -292,17 +330,20 @@ impl<S: State> CompiledGraph<S> {
     }
 
     fn is_deferred(&self, node: &str) -> bool {
-        self.node_index(node)
-            .is_some_and(|i| self.spec().nodes[i].options.defer)
+        let deferred = &self.spec().deferred;
+        !deferred.is_empty() && self.node_index(node).is_some_and(|i| deferred.contains(&i))
     }
 
     /// The tasks of `next` that run in the coming step: all of them, except that deferred
     /// nodes' tasks wait while a task of a node that is not deferred is planned.
-    pub fn runnable<'a>(&self, next: &'a [PlannedTask<S>]) -> Vec<&'a PlannedTask<S>> {
-        let others = next.iter().any(|t| !self.is_deferred(&t.node));
+    pub fn runnable<'a>(
+        &'a self,
+        next: &'a [PlannedTask<S>],
+    ) -> impl Iterator<Item = &'a PlannedTask<S>> + 'a {
+        let hold =
+            !self.spec().deferred.is_empty() && next.iter().any(|t| !self.is_deferred(&t.node));
         next.iter()
-            .filter(|t| !others || !self.is_deferred(&t.node))
-            .collect()
+            .filter(move |t| !hold || !self.is_deferred(&t.node))
     }
 
     /// The barrier: merges the outputs of a completed step (given in plan order) and plans the
@@ -351,37 +392,26 @@ impl<S: State> CompiledGraph<S> {
         }
 
         let mut state = frame.state.clone();
-        let mut writes = Vec::new();
-        {
-            let target = Arc::make_mut(&mut state);
-            for f in &mut finished {
-                for u in std::mem::take(&mut f.output.updates) {
-                    target
-                        .apply(u.clone())
-                        .map_err(|source| StepError::Reducer {
-                            node: f.task.node.clone(),
-                            source,
-                        })?;
-                    writes.push((f.task.node.clone(), u));
-                }
-            }
-            // Overwrites after every merge of the step: they win over them.
-            for f in &mut finished {
-                for u in std::mem::take(&mut f.output.overwrites) {
-                    target
-                        .overwrite(u.clone())
-                        .map_err(|source| StepError::Reducer {
-                            node: f.task.node.clone(),
-                            source,
-                        })?;
-                    writes.push((format!("{OVERWRITE_MARK}{}", f.task.node), u));
-                }
-            }
-        }
+        let outputs = finished
+            .iter_mut()
+            .map(|f| {
+                (
+                    f.task.node.clone(),
+                    std::mem::take(&mut f.output.updates),
+                    std::mem::take(&mut f.output.overwrites),
+                )
+            })
+            .collect();
+        let writes = merge_outputs(Arc::make_mut(&mut state), outputs)?;
 
         let checkpoint_id = ordered_id();
         let spec = self.spec();
-        let ran: Vec<String> = finished.iter().map(|f| f.task.id.clone()).collect();
+        // Only a graph with deferred nodes needs to know which planned tasks ran.
+        let ran: Vec<String> = if spec.deferred.is_empty() {
+            Vec::new()
+        } else {
+            finished.iter().map(|f| f.task.id.clone()).collect()
+        };
         let mut planner = Planner::new(self);
         let mut joins = frame.joins.clone();
         joins.resize(spec.joins.len(), BTreeSet::new());
@@ -419,12 +449,16 @@ impl<S: State> CompiledGraph<S> {
         let mut next = planner.finish(&checkpoint_id);
         // Deferred tasks that waited through this step wait on (with their ids, so nothing
         // recorded for them is lost); one planned again is not planned twice.
-        let mut waited: Vec<PlannedTask<S>> = frame
-            .next
-            .iter()
-            .filter(|t| !ran.contains(&t.id) && self.is_deferred(&t.node))
-            .cloned()
-            .collect();
+        let mut waited: Vec<PlannedTask<S>> = if spec.deferred.is_empty() {
+            Vec::new()
+        } else {
+            frame
+                .next
+                .iter()
+                .filter(|t| !ran.contains(&t.id) && self.is_deferred(&t.node))
+                .cloned()
+                .collect()
+        };
         if !waited.is_empty() {
             next.retain(|t| {
                 t.input.is_some() || !waited.iter().any(|w| w.input.is_none() && w.node == t.node)
@@ -448,19 +482,10 @@ impl<S: State> CompiledGraph<S> {
     /// A command given as a run's input (LangGraph's `Command(update=..., goto=...)`): merges
     /// `update` into `frame`'s state as input and adds a task for every `goto` target to the
     /// tasks already planned, which keep their ids (so their pending writes, interrupts and
-    /// resume values still apply). Nothing starts at START: with nothing planned and no `goto`,
-    /// nothing runs.
+    /// resume values still apply). `overwrite` is applied after `update` (see
+    /// [`crate::node::Command::overwrite`]). Nothing starts at START: with nothing planned and
+    /// no `goto`, nothing runs.
     pub fn commit_command(
-        &self,
-        frame: &Frame<S>,
-        update: Option<S::Update>,
-        goto: Vec<Goto<S>>,
-    ) -> Result<StepCommit<S>, StepError> {
-        self.commit_command_with(frame, update, None, goto)
-    }
-
-    /// [`CompiledGraph::commit_command`] with an overwrite applied after the update.
-    pub fn commit_command_with(
         &self,
         frame: &Frame<S>,
         update: Option<S::Update>,
@@ -468,23 +493,18 @@ impl<S: State> CompiledGraph<S> {
         goto: Vec<Goto<S>>,
     ) -> Result<StepCommit<S>, StepError> {
         let mut state = frame.state.clone();
-        let mut writes = Vec::new();
-        let input_err = |source| StepError::Reducer {
-            node: "__input__".into(),
-            source,
+        let writes = if update.is_none() && overwrite.is_none() {
+            Vec::new()
+        } else {
+            merge_outputs(
+                Arc::make_mut(&mut state),
+                vec![(
+                    "__input__".to_string(),
+                    update.into_iter().collect(),
+                    overwrite.into_iter().collect(),
+                )],
+            )?
         };
-        if let Some(update) = update {
-            Arc::make_mut(&mut state)
-                .apply(update.clone())
-                .map_err(input_err)?;
-            writes.push(("__input__".to_string(), update));
-        }
-        if let Some(values) = overwrite {
-            Arc::make_mut(&mut state)
-                .overwrite(values.clone())
-                .map_err(input_err)?;
-            writes.push((format!("{OVERWRITE_MARK}__input__"), values));
-        }
         let checkpoint_id = ordered_id();
         let mut planner = Planner::new(self);
         for g in goto {
@@ -528,7 +548,7 @@ impl<S: State> CompiledGraph<S> {
         match as_node {
             None => {
                 // An update without a node keeps the pending tasks.
-                self.commit_command(frame, Some(update), Vec::new())
+                self.commit_command(frame, Some(update), None, Vec::new())
             }
             Some(node) => {
                 if self.node_index(node).is_none() {

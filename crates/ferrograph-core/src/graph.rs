@@ -647,6 +647,9 @@ impl<S: State> StateGraph<S> {
                 joins_of[s].push(ji);
             }
         }
+        let deferred = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].options.defer)
+            .collect();
         Ok(CompiledGraph {
             inner: Arc::new(GraphSpec {
                 name: self.name,
@@ -660,6 +663,7 @@ impl<S: State> StateGraph<S> {
                 joins_of,
                 interrupt_before,
                 interrupt_after,
+                deferred,
             }),
         })
     }
@@ -689,6 +693,8 @@ pub struct GraphSpec<S: State> {
     pub interrupt_before: BTreeSet<usize>,
     /// Nodes with a static interrupt after them.
     pub interrupt_after: BTreeSet<usize>,
+    /// Deferred nodes (see [`NodeOptions::defer`]).
+    pub deferred: BTreeSet<usize>,
 }
 
 /// A checked, immutable graph, cheap to clone and share between runs.

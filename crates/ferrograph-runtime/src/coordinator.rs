@@ -397,10 +397,10 @@ impl<S: State> RunState<S> {
             });
         }
         let spec = self.args.graph.spec();
-        let runnable = self.args.graph.runnable(&self.args.frame.next);
-        let before: Vec<&PlannedTask<S>> = runnable
-            .iter()
-            .copied()
+        let before: Vec<&PlannedTask<S>> = self
+            .args
+            .graph
+            .runnable(&self.args.frame.next)
             .filter(|t| {
                 self.args
                     .graph
@@ -424,8 +424,8 @@ impl<S: State> RunState<S> {
         self.pass_static_before = false;
 
         // Build the slots, reusing what earlier attempts of this step recorded.
-        let mut slots = Vec::with_capacity(runnable.len());
-        for task in runnable {
+        let mut slots = Vec::with_capacity(self.args.frame.next.len());
+        for task in self.args.graph.runnable(&self.args.frame.next) {
             let node = self.args.graph.node_index(&task.node).ok_or_else(|| {
                 RunError::Internal(format!("planned unknown node `{}`", task.node))
             })?;
@@ -639,34 +639,10 @@ impl<S: State> RunState<S> {
                     .retry
                     .as_ref()
                     .and_then(|p| p.delay_after(attempt, &err));
-                let handled = match (&spec.on_error, retry_wait) {
-                    // A wrong resume value stays the caller's error (the interrupt stays
-                    // open), and a cancelled run is not the node's failure.
-                    (Some(handler), None)
-                        if !matches!(
-                            err,
-                            NodeError::Interrupted(_)
-                                | NodeError::BadResume { .. }
-                                | NodeError::Cancelled
-                        ) =>
-                    {
-                        let input = match &slot.task.input {
-                            Some(s) => s,
-                            None => &*self.args.frame.state,
-                        };
-                        Some(
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                handler(&err, input)
-                            }))
-                            .map_err(|p| {
-                                NodeError::Panicked(format!(
-                                    "the error handler of `{name}` panicked: {}",
-                                    ferrograph_core::engine::panic_message(p.as_ref())
-                                ))
-                            }),
-                        )
-                    }
-                    _ => None,
+                let handled = if retry_wait.is_none() {
+                    self.handle_error(i, &err)
+                } else {
+                    None
                 };
                 match handled {
                     Some(Ok(out)) => {
@@ -729,6 +705,34 @@ impl<S: State> RunState<S> {
             return self.barrier(myself).await;
         }
         Ok(Flow::Wait)
+    }
+
+    /// The node's error handler's output for `err` (its last attempt's failure), if the node
+    /// has a handler and the error is the node's own: a wrong resume value stays the caller's
+    /// error (the interrupt stays open), and a cancelled run is not the node's failure. A
+    /// panicking handler is the task's failure.
+    fn handle_error(&self, i: usize, err: &NodeError) -> Option<Result<NodeOutput<S>, NodeError>> {
+        let slot = &self.slots[i];
+        let spec = self.args.graph.node(slot.node);
+        let handler = spec.on_error.as_ref()?;
+        if matches!(
+            err,
+            NodeError::Interrupted(_) | NodeError::BadResume { .. } | NodeError::Cancelled
+        ) {
+            return None;
+        }
+        let input = slot.task.input.as_ref().unwrap_or(&*self.args.frame.state);
+        Some(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(err, input))).map_err(
+                |p| {
+                    NodeError::Panicked(format!(
+                        "the error handler of `{}` panicked: {}",
+                        spec.name,
+                        ferrograph_core::engine::panic_message(p.as_ref())
+                    ))
+                },
+            ),
+        )
     }
 
     async fn record_output(&mut self, i: usize, state: &SlotState<S>) -> Result<(), RunError> {
@@ -826,32 +830,27 @@ impl<S: State> RunState<S> {
     /// The frame's state with the outputs of the step's finished tasks applied in plan order
     /// (merges, then overwrites), as the caller sees a step that stopped part-way.
     fn step_view(&self) -> Arc<S> {
-        let mut view = self.args.frame.state.clone();
-        let done = || {
-            self.slots.iter().filter_map(|s| match &s.state {
-                SlotState::Done(out) if out.target == CommandTarget::Current => Some(out),
+        let outputs: Vec<_> = self
+            .slots
+            .iter()
+            .filter_map(|s| match &s.state {
+                SlotState::Done(out) if out.target == CommandTarget::Current => Some((
+                    s.task.node.clone(),
+                    out.updates.clone(),
+                    out.overwrites.clone(),
+                )),
                 _ => None,
             })
-        };
-        if done().next().is_none() {
+            .collect();
+        let mut view = self.args.frame.state.clone();
+        if outputs.is_empty() {
             return view;
         }
-        let target = Arc::make_mut(&mut view);
-        for out in done() {
-            for u in &out.updates {
-                if target.apply(u.clone()).is_err() {
-                    return self.args.frame.state.clone();
-                }
-            }
+        match ferrograph_core::engine::merge_outputs(Arc::make_mut(&mut view), outputs) {
+            Ok(_) => view,
+            // The step will fail the same way when it commits; until then, the checkpoint.
+            Err(_) => self.args.frame.state.clone(),
         }
-        for out in done() {
-            for u in &out.overwrites {
-                if target.overwrite(u.clone()).is_err() {
-                    return self.args.frame.state.clone();
-                }
-            }
-        }
-        view
     }
 
     /// The interrupt event: sent whenever the run streams, whatever the modes.

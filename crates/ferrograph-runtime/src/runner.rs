@@ -12,7 +12,7 @@ use ferrograph_core::checkpoint::{
     load_history, ChainStats, CheckpointSaver, CheckpointSource, PendingKind, PendingWrite,
     ThreadInfo,
 };
-use ferrograph_core::engine::Frame;
+use ferrograph_core::engine::{merge_outputs, Frame};
 use ferrograph_core::json::Json;
 use ferrograph_core::node::{Command, CommandTarget};
 use ferrograph_core::{CompiledGraph, Interrupt, Resume, State, Store, StreamEvent};
@@ -485,9 +485,7 @@ impl<S: State> GraphRunner<S> {
                 }
                 let mut frame = base.unwrap_or_else(|| Frame::empty(&self.graph));
                 if update.is_some() || overwrite.is_some() || !goto.is_empty() {
-                    let mut commit = self
-                        .graph
-                        .commit_command_with(&frame, update, overwrite, goto)?;
+                    let mut commit = self.graph.commit_command(&frame, update, overwrite, goto)?;
                     if fresh {
                         commit.frame.parent_id = None;
                     }
@@ -516,11 +514,14 @@ impl<S: State> GraphRunner<S> {
                 }
                 if let Some(resume) = resume {
                     let writes = self.resume_writes(&thread_name, &pending, resume)?;
-                    if writer.is_on() {
-                        writer
-                            .put_writes(&thread_name, &frame.checkpoint_id, writes.clone())
-                            .await?;
-                    }
+                    record_answers(
+                        &mut writer,
+                        thread_info.as_mut(),
+                        &thread_name,
+                        &frame.checkpoint_id,
+                        writes.clone(),
+                    )
+                    .await?;
                     pending.extend(writes);
                 }
                 resuming = !fresh;
@@ -535,29 +536,14 @@ impl<S: State> GraphRunner<S> {
                     });
                 };
                 let writes = self.resume_writes(&thread_name, &pending, resume)?;
-                if writer.is_on() {
-                    // The answers and the record that stops showing the interrupt as waiting
-                    // are written together: a crash between them used to leave a thread whose
-                    // record asked for an answer that its checkpoint already held.
-                    match thread_info.as_mut() {
-                        Some(info) => {
-                            mark_running(info);
-                            writer
-                                .put_writes_and_thread(
-                                    &thread_name,
-                                    &b.checkpoint_id,
-                                    writes.clone(),
-                                    info.clone(),
-                                )
-                                .await?;
-                        }
-                        None => {
-                            writer
-                                .put_writes(&thread_name, &b.checkpoint_id, writes.clone())
-                                .await?;
-                        }
-                    }
-                }
+                record_answers(
+                    &mut writer,
+                    thread_info.as_mut(),
+                    &thread_name,
+                    &b.checkpoint_id,
+                    writes.clone(),
+                )
+                .await?;
                 pending.extend(writes);
                 b
             }
@@ -681,10 +667,9 @@ impl<S: State> GraphRunner<S> {
             .into_iter()
             .map(|(i, _, _)| i)
             .collect();
-        let mut values = loaded.frame.state.clone();
         let mut next = Vec::with_capacity(loaded.frame.next.len());
         let mut tasks = Vec::with_capacity(loaded.frame.next.len());
-        let mut overwrites = Vec::new();
+        let mut outputs = Vec::new();
         for task in &loaded.frame.next {
             let mut finished = false;
             let mut error = None;
@@ -692,32 +677,16 @@ impl<S: State> GraphRunner<S> {
                 match &w.kind {
                     PendingKind::Output(bytes) => {
                         finished = true;
-                        if !apply_pending {
-                            continue;
-                        }
-                        let output = decode_output::<S>(bytes).map_err(|source| {
-                            ferrograph_core::CheckpointError::Corrupt {
-                                thread: thread.to_string(),
-                                checkpoint: loaded.frame.checkpoint_id.clone(),
-                                source,
-                            }
-                        })?;
-                        let target = Arc::make_mut(&mut values);
-                        for update in output.updates {
-                            target.apply(update).map_err(|source| {
-                                ferrograph_core::engine::StepError::Reducer {
-                                    node: task.node.clone(),
+                        if apply_pending {
+                            let output = decode_output::<S>(bytes).map_err(|source| {
+                                ferrograph_core::CheckpointError::Corrupt {
+                                    thread: thread.to_string(),
+                                    checkpoint: loaded.frame.checkpoint_id.clone(),
                                     source,
                                 }
                             })?;
+                            outputs.push((task.node.clone(), output.updates, output.overwrites));
                         }
-                        // As at the barrier: overwrites after every merge of the step.
-                        overwrites.extend(
-                            output
-                                .overwrites
-                                .into_iter()
-                                .map(|u| (task.node.clone(), u)),
-                        );
                     }
                     PendingKind::Error(e) => error = Some(e.clone()),
                     _ => {}
@@ -733,10 +702,10 @@ impl<S: State> GraphRunner<S> {
                 error,
             });
         }
-        for (node, update) in overwrites {
-            Arc::make_mut(&mut values)
-                .overwrite(update)
-                .map_err(|source| ferrograph_core::engine::StepError::Reducer { node, source })?;
+        // Merged as the barrier will merge them.
+        let mut values = loaded.frame.state.clone();
+        if !outputs.is_empty() {
+            merge_outputs(Arc::make_mut(&mut values), outputs)?;
         }
         Ok(StateSnapshot {
             next,
@@ -849,10 +818,13 @@ impl<S: State> GraphRunner<S> {
                 }),
                 None => RunError::ThreadNotFound(thread.to_string()),
             })?;
-        let newest = saver.get(thread, None).await?;
-        let at_newest = newest
-            .as_ref()
-            .is_some_and(|n| n.checkpoint_id == loaded.frame.checkpoint_id);
+        let at_newest = match at {
+            None => true,
+            Some(_) => saver
+                .get(thread, None)
+                .await?
+                .is_some_and(|n| n.checkpoint_id == loaded.frame.checkpoint_id),
+        };
         // A branch from an older checkpoint starts with a full snapshot.
         let mut stats = if at_newest {
             loaded.stats
@@ -1003,6 +975,31 @@ fn encode_record<S: State>(
         }
         .into()
     })
+}
+
+/// Records resume answers. With a thread record, the answers and the record that stops
+/// showing the interrupt as waiting are written together: a crash between them used to leave a
+/// thread whose record asked for an answer that its checkpoint already held.
+async fn record_answers(
+    writer: &mut Writer,
+    info: Option<&mut ThreadInfo>,
+    thread: &str,
+    checkpoint: &str,
+    answers: Vec<PendingWrite>,
+) -> Result<(), RunError> {
+    if !writer.is_on() {
+        return Ok(());
+    }
+    match info {
+        Some(info) => {
+            mark_running(info);
+            writer
+                .put_writes_and_thread(thread, checkpoint, answers, info.clone())
+                .await?;
+        }
+        None => writer.put_writes(thread, checkpoint, answers).await?,
+    }
+    Ok(())
 }
 
 /// Marks a thread record as running (its input or answers were accepted).

@@ -133,6 +133,13 @@ impl Stored {
     }
 }
 
+fn decode_item(key: &[u8], bytes: &[u8]) -> Result<Stored, StoreError> {
+    decode(ITEM_SCHEMA, bytes).map_err(|e| StoreError::Corrupt {
+        key: printable(&String::from_utf8_lossy(key)),
+        reason: e.to_string(),
+    })
+}
+
 fn storage_key(namespace: &[String], key: &str) -> String {
     let mut out = namespace.join(&LABEL_SEP.to_string());
     out.push(KEY_SEP);
@@ -275,19 +282,23 @@ impl SledStore {
     }
 
     fn read(&self, key: &[u8]) -> Result<Option<Stored>, StoreError> {
-        match self
-            .items
+        self.items
             .get(key)
             .map_err(|e| backend("reading an item", e))?
-        {
-            None => Ok(None),
-            Some(bytes) => decode(ITEM_SCHEMA, &bytes)
-                .map(Some)
-                .map_err(|e| StoreError::Corrupt {
-                    key: printable(&String::from_utf8_lossy(key)),
-                    reason: e.to_string(),
-                }),
-        }
+            .map(|bytes| decode_item(key, &bytes))
+            .transpose()
+    }
+
+    /// Every item whose storage key starts with `prefix`, with its storage key, read once.
+    fn scan(
+        &self,
+        prefix: &str,
+    ) -> impl Iterator<Item = Result<(String, Stored), StoreError>> + '_ {
+        self.items.scan_prefix(prefix.as_bytes()).map(|entry| {
+            let (k, v) = entry.map_err(|e| backend("reading the items", e))?;
+            let stored = decode_item(&k, &v)?;
+            Ok((String::from_utf8_lossy(&k).into_owned(), stored))
+        })
     }
 
     fn write(&self, stored: &Stored) -> Result<(), StoreError> {
@@ -400,12 +411,8 @@ impl SledStore {
 
     fn reconcile(&self, report: &mut OpenReport) -> Result<(), StoreError> {
         let mut keys = std::collections::HashSet::new();
-        for entry in self.items.iter() {
-            let (k, _) = entry.map_err(|e| backend("reading the items", e))?;
-            let key = String::from_utf8_lossy(&k).into_owned();
-            let Some(stored) = self.read(&k)? else {
-                continue;
-            };
+        for entry in self.scan("") {
+            let (key, stored) = entry?;
             report.items += 1;
             if self.sync_vector(&key, &stored)? {
                 report.reembedded += 1;
@@ -434,10 +441,10 @@ impl SledStore {
     pub fn sweep_expired(&self) -> Result<usize, StoreError> {
         let now = now_millis();
         let mut expired = Vec::new();
-        for entry in self.items.iter() {
-            let (k, _) = entry.map_err(|e| backend("reading the items", e))?;
-            if self.read(&k)?.is_some_and(|s| s.expired(now)) {
-                expired.push(String::from_utf8_lossy(&k).into_owned());
+        for entry in self.scan("") {
+            let (key, stored) = entry?;
+            if stored.expired(now) {
+                expired.push(key);
             }
         }
         for key in &expired {
@@ -497,10 +504,8 @@ impl SledStore {
     }
 
     fn search_blocking(&self, request: &SearchRequest) -> Result<Vec<SearchItem>, StoreError> {
-        if !request.namespace_prefix.is_empty() {
-            for label in &request.namespace_prefix {
-                check_key(label)?;
-            }
+        for label in &request.namespace_prefix {
+            check_key(label)?;
         }
         let wanted = request.offset.saturating_add(request.limit);
         let now = now_millis();
@@ -509,13 +514,8 @@ impl SledStore {
             None => {
                 let prefix = namespace_prefix(&request.namespace_prefix);
                 let mut found = Vec::new();
-                for entry in self.items.scan_prefix(prefix.as_bytes()) {
-                    let (_, v) = entry.map_err(|e| backend("reading the items", e))?;
-                    let stored: Stored =
-                        decode(ITEM_SCHEMA, &v).map_err(|e| StoreError::Corrupt {
-                            key: prefix.clone(),
-                            reason: e.to_string(),
-                        })?;
+                for entry in self.scan(&prefix) {
+                    let (_, stored) = entry?;
                     if stored.expired(now) || !in_prefix(&stored.namespace) {
                         continue;
                     }
@@ -586,12 +586,8 @@ impl SledStore {
     fn namespaces_blocking(&self, query: &NamespaceQuery) -> Result<Vec<Vec<String>>, StoreError> {
         let now = now_millis();
         let mut set = std::collections::BTreeSet::new();
-        for entry in self.items.iter() {
-            let (_, v) = entry.map_err(|e| backend("reading the items", e))?;
-            let stored: Stored = decode(ITEM_SCHEMA, &v).map_err(|e| StoreError::Corrupt {
-                key: "(namespace listing)".into(),
-                reason: e.to_string(),
-            })?;
+        for entry in self.scan("") {
+            let (_, stored) = entry?;
             if stored.expired(now) || !query.matches(&stored.namespace) {
                 continue;
             }
