@@ -18,7 +18,10 @@
 //! runs (turns). Bytes per step count everything handed to sled (keys, sealed records, pending
 //! writes and thread records) divided by the checkpoints written. The report also gives the
 //! cost of a bare sled flush (`flush_async`, and a blocking flush on tokio's blocking pool) on
-//! this machine, which bounds a single run's step from below in sync mode.
+//! this machine, which bounds a single run's step from below in sync mode, and the `chain10`
+//! sync row carries sled alone writing and flushing records of a step's size after every one of
+//! its runs (`interleaved_flush_us`: the flush alone, the write and the flush together, and the
+//! step's ratios to both).
 
 use crate::{chain10, ChainStateUpdate};
 use ferrograph::checkpoint_savers::SledSaver;
@@ -120,6 +123,14 @@ async fn chain10_sled(
     }
     let before = saver.stats();
     let mut samples = Vec::new();
+    // After every run, sled alone does what the run's steps had to: 11 times, write a record
+    // of a step's size under a key shaped like a checkpoint's and flush, on the same database
+    // and disk at the same moment (a flush measured apart, even seconds apart, moves with the
+    // disk by ±30 % here). The floors a step of one run in sync mode is compared with: the
+    // flush alone, and the write and the flush together.
+    let floor_tree = saver.db().open_tree("bench/flush-floor")?;
+    let mut floor = Vec::new();
+    let mut floor_write = Vec::new();
     let started = Instant::now();
     let mut i = 5;
     while started.elapsed() < budget || samples.len() < 20 {
@@ -128,13 +139,38 @@ async fn chain10_sled(
             .invoke(RunInput::Update(ChainStateUpdate::new()), config(i))
             .await?;
         samples.push(t.elapsed().as_secs_f64() * 1e6 / 11.0);
+        if checkpointer {
+            for step in 0..11u64 {
+                let key = format!("floor-{i}\0{:016x}{:08x}", i as u64 * 100 + step, step);
+                // The plainest write and flush there are: sled's, on this thread, nothing else
+                // around them.
+                let w = Instant::now();
+                floor_tree.insert(key.as_bytes(), vec![7u8; 150])?;
+                let t = Instant::now();
+                saver.db().flush()?;
+                floor.push(t.elapsed().as_secs_f64() * 1e6);
+                floor_write.push(w.elapsed().as_secs_f64() * 1e6);
+            }
+        }
         i += 1;
     }
     let after = saver.stats();
     let steps = after.checkpoints - before.checkpoints;
     let runs = samples.len();
     let (mean, p50, p99) = summary(samples);
+    let floor = (!floor.is_empty()).then(|| {
+        let (fm, f50, f99) = summary(floor);
+        let (wm, w50, w99) = summary(floor_write);
+        json!({
+            "mean": fm, "p50": f50, "p99": f99,
+            "step_p50_over_flush_p50": p50 / f50,
+            "write_and_flush_us": { "mean": wm, "p50": w50, "p99": w99 },
+            "step_p50_over_write_and_flush_p50": p50 / w50,
+            "step_mean_over_write_and_flush_mean": mean / wm,
+        })
+    });
     Ok(json!({
+        "interleaved_flush_us": floor,
         "workload": "chain10",
         "checkpointer": if checkpointer { "sled" } else { "none" },
         "durability": if checkpointer { "sync" } else { "none" },
@@ -144,6 +180,8 @@ async fn chain10_sled(
         "bytes_per_step": (after.bytes_written - before.bytes_written) as f64 / steps.max(1) as f64,
         "payload_bytes_per_step": (after.payload_bytes - before.payload_bytes) as f64 / steps.max(1) as f64,
         "disk_flushes_per_step": (after.disk_flushes - before.disk_flushes) as f64 / steps.max(1) as f64,
+        // Time spent inside the saver's disk flushes (sled writing and syncing), per step.
+        "flush_us_per_step": (after.flush_nanos - before.flush_nanos) as f64 / 1e3 / steps.max(1) as f64,
         "steps": if checkpointer { steps } else { runs as u64 * 11 },
         "runs": runs,
     }))
@@ -265,8 +303,9 @@ async fn chain10_concurrent(
     }))
 }
 
-/// What one sled flush of a small write costs here, through `flush_async` (sled's thread
-/// pool), a blocking flush on tokio's blocking pool, and the saver's `flush`.
+/// What one sled flush of a small write costs here: `flush` called directly on this thread,
+/// through `flush_async` (sled's thread pool), a blocking flush on tokio's blocking pool, and
+/// the saver's `flush`.
 async fn flush_cost(quick: bool) -> Result<serde_json::Value, BenchError> {
     let scratch = Scratch::new("flush")?;
     let saver = SledSaver::open(&scratch.0)?;
@@ -274,8 +313,13 @@ async fn flush_cost(quick: bool) -> Result<serde_json::Value, BenchError> {
     let db = saver.db().clone();
     let mut asynch = Vec::with_capacity(n);
     let mut blocking = Vec::with_capacity(n);
+    let mut direct = Vec::with_capacity(n);
     let mut via_saver = Vec::with_capacity(n);
     for i in 0..n as u64 {
+        db.insert(i.to_be_bytes(), vec![6u8; 200])?;
+        let t = Instant::now();
+        db.flush()?;
+        direct.push(t.elapsed().as_secs_f64() * 1e6);
         db.insert(i.to_be_bytes(), vec![7u8; 200])?;
         let t = Instant::now();
         db.flush_async().await?;
@@ -292,10 +336,12 @@ async fn flush_cost(quick: bool) -> Result<serde_json::Value, BenchError> {
         saver.flush().await?;
         via_saver.push(t.elapsed().as_secs_f64() * 1e6);
     }
+    let (dm, d50, d99) = summary(direct);
     let (am, a50, a99) = summary(asynch);
     let (bm, b50, b99) = summary(blocking);
     let (sm, s50, s99) = summary(via_saver);
     Ok(json!({
+        "direct_flush_us": { "mean": dm, "p50": d50, "p99": d99 },
         "flush_async_us": { "mean": am, "p50": a50, "p99": a99 },
         "spawn_blocking_flush_us": { "mean": bm, "p50": b50, "p99": b99 },
         "saver_flush_us": { "mean": sm, "p50": s50, "p99": s99 },
@@ -337,5 +383,13 @@ mod tests {
         for r in rows {
             assert!(r["us_per_step"].as_f64().unwrap() > 0.0, "{r}");
         }
+        // The sync chain carries its own floor: a bare flush after each of its runs.
+        let floor = &rows[1]["interleaved_flush_us"];
+        assert!(floor["p50"].as_f64().unwrap() > 0.0, "{floor}");
+        assert!(
+            floor["step_p50_over_flush_p50"].as_f64().unwrap() > 0.0,
+            "{floor}"
+        );
+        assert!(rows[0]["interleaved_flush_us"].is_null());
     }
 }

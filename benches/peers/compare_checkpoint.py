@@ -155,16 +155,35 @@ def print_table(rows: list[dict[str, Any]], ferro: dict[str, Any], lang: dict[st
         )
     flush = ferro.get("flush")
     if isinstance(flush, dict):
-        fa = flush.get("flush_async_us", {})
+        fa = flush.get("direct_flush_us") or flush.get("flush_async_us", {})
         print(
-            f"\nA bare sled flush here: p50 {fmt(fa.get('p50'))} µs, p99 {fmt(fa.get('p99'))} µs "
+            f"\nA bare sled flush here (called directly): p50 {fmt(fa.get('p50'))} µs, p99 {fmt(fa.get('p99'))} µs "
             "(sync mode flushes once per step, so a single run's step cannot be cheaper); "
             "chain10_x64 shares flushes between concurrent runs (group commit)."
         )
-    target = next((r for r in rows if r["workload"] == "chain10" and r["langgraph"].startswith("sqlite sync")), None)
-    if target and target.get("ratio_mean") is not None:
-        verdict = "meets" if target["ratio_mean"] >= 30 else "misses"
-        print(f"Target (≥30× cheaper per step than SqliteSaver, sync, chain10): {verdict} it at {target['ratio_mean']:.1f}×.")
+    chain = next(
+        (r for r in ferro.get("results", []) if r.get("workload") == "chain10" and r.get("durability") == "sync"),
+        None,
+    )
+    floor = chain.get("interleaved_flush_us") if isinstance(chain, dict) else None
+    if isinstance(floor, dict) and floor.get("step_p50_over_flush_p50") is not None:
+        ratio = floor["step_p50_over_flush_p50"]
+        wf = floor.get("write_and_flush_us", {})
+        print(
+            "One run's sync step against sled alone, measured after each of its runs (same database, same "
+            f"disk, same moment): step p50 {fmt(chain.get('p50_us_per_step'))} µs / mean {fmt(chain.get('us_per_step'))} µs; "
+            f"a bare flush p50 {fmt(floor.get('p50'))} µs ({ratio:.2f}×); sled writing a record of a step's size "
+            f"and flushing it p50 {fmt(wf.get('p50'))} µs / mean {fmt(wf.get('mean'))} µs "
+            f"({fmt(floor.get('step_p50_over_write_and_flush_p50'), 2)}× / {fmt(floor.get('step_mean_over_write_and_flush_mean'), 2)}×). "
+            f"Target (≤ 1.15× a bare flush): {'meets' if ratio <= 1.15 else 'misses'} it."
+        )
+    concurrent = next((r for r in rows if r["workload"] == "chain10_x64" and r["langgraph"].startswith("sqlite sync")), None)
+    if concurrent and concurrent.get("ratio_mean") is not None:
+        verdict = "meets" if concurrent["ratio_mean"] >= 60 else "misses"
+        print(
+            f"Target (≥ 60× cheaper per step than SqliteSaver sync with 64 concurrent runs): "
+            f"{verdict} it at {concurrent['ratio_mean']:.1f}×."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -654,6 +654,88 @@ async fn a_panicking_agent_is_restarted_and_the_run_goes_on() {
             NodeOptions::new()
                 .retry(RetryPolicy::attempts(2).with_backoff(Duration::from_millis(1))),
         )
+        // A sibling, so that `p` runs on an agent (a step's only task runs on its coordinator).
+        .add_node("q", logger("q"))
+        .add_edge(START, "p")
+        .add_edge(START, "q")
+        .add_edge("p", END)
+        .add_edge("q", END)
+        .compile()
+        .unwrap();
+    let runner = runtime().await.load(g).await.unwrap();
+    let out = runner
+        .invoke(input(DocUpdate::new()), RunConfig::default())
+        .await
+        .unwrap();
+    let mut log = out.state.log.clone();
+    log.sort();
+    assert_eq!(log, vec!["q", "recovered"]);
+    // The supervisor restarted the failed agent.
+    for _ in 0..100 {
+        if runner.agent_restarts() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(runner.agent_restarts(), 1);
+}
+
+#[tokio::test]
+async fn a_step_with_one_task_runs_it_on_the_coordinator() {
+    // A chain never needs an agent: each step's only task runs on the run's coordinator.
+    let g = StateGraph::<Doc>::new("chain3")
+        .add_node("a", logger("a"))
+        .add_node("b", logger("b"))
+        .add_node("c", logger("c"))
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+        .add_edge("b", "c")
+        .add_edge("c", END)
+        .compile()
+        .unwrap();
+    let runner = runtime().await.load(g).await.unwrap();
+    let out = runner
+        .invoke(input(DocUpdate::new()), RunConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(out.state.log, vec!["a", "b", "c"]);
+    assert_eq!(runner.agent_count(), 0);
+
+    // Two tasks in one step go to agents, so that they run in parallel.
+    let g = StateGraph::<Doc>::new("pair")
+        .add_node("a", logger("a"))
+        .add_node("b", logger("b"))
+        .add_edge(START, "a")
+        .add_edge(START, "b")
+        .add_edge("a", END)
+        .add_edge("b", END)
+        .compile()
+        .unwrap();
+    let runner = runtime().await.load(g).await.unwrap();
+    runner
+        .invoke(input(DocUpdate::new()), RunConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(runner.agent_count(), 2);
+}
+
+#[tokio::test]
+async fn a_panic_on_the_coordinator_is_caught_and_retried() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let g = StateGraph::<Doc>::new("panicky-inline")
+        .add_node_with(
+            "p",
+            move |_s, _c| {
+                // Panics before it returns its future, on the first attempt.
+                if c.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("injected panic");
+                }
+                futures_ready::ready(log("recovered"))
+            },
+            NodeOptions::new()
+                .retry(RetryPolicy::attempts(2).with_backoff(Duration::from_millis(1))),
+        )
         .add_edge(START, "p")
         .add_edge("p", END)
         .compile()
@@ -664,14 +746,50 @@ async fn a_panicking_agent_is_restarted_and_the_run_goes_on() {
         .await
         .unwrap();
     assert_eq!(out.state.log, vec!["recovered"]);
-    // The supervisor restarted the failed agent.
-    for _ in 0..100 {
-        if runner.agent_restarts() >= 1 {
-            break;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // No agent was involved, so none was restarted.
+    assert_eq!(runner.agent_restarts(), 0);
+}
+
+#[tokio::test]
+async fn a_loop_of_nodes_that_never_wait_stops_at_the_run_timeout() {
+    // Every step runs on the coordinator and no node ever waits: the run's timer message is
+    // never read from the mailbox, so the step boundary must check the deadline itself.
+    let g = StateGraph::<Doc>::new("spin")
+        .add_node("tick", |_s, _c| {
+            futures_ready::ready(DocUpdate::new().count(1))
+        })
+        .add_edge(START, "tick")
+        .add_edge("tick", "tick")
+        .compile()
+        .unwrap();
+    let runner = runtime().await.load(g).await.unwrap();
+    // Meanwhile other tasks on the runtime still get to run.
+    let ticker = tokio::spawn(async {
+        let mut n = 0u32;
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            n += 1;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(runner.agent_restarts(), 1);
+        n
+    });
+    let started = std::time::Instant::now();
+    let err = runner
+        .invoke(
+            input(DocUpdate::new()),
+            RunConfig::default()
+                .max_steps(u64::MAX)
+                .timeout(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::Timeout(_)), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(ticker.await.unwrap(), 10);
 }
 
 #[tokio::test]

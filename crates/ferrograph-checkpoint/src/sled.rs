@@ -28,7 +28,8 @@
 //! # Durability and group commit
 //!
 //! Writes go to sled's in-memory log buffers; [`CheckpointSaver::flush`] makes them durable
-//! (`flush_async`: write and fsync on sled's thread pool, off the async executor). Flushes are
+//! (write and sync on the calling thread, with the tokio worker handed over meanwhile; see
+//! `flush_db`). Flushes are
 //! grouped: every write bumps a counter, a flush remembers the counter it must cover, and of
 //! the flushes waiting at the same time only one goes to disk, covering all writes made
 //! before it started. Hundreds of concurrent runs in sync mode therefore share fsyncs instead
@@ -702,8 +703,7 @@ impl CheckpointSaver for SledSaver {
         }
         let upto = self.written.load(Ordering::Acquire);
         let started = Instant::now();
-        self.db
-            .flush_async()
+        flush_db(&self.db)
             .await
             .map_err(|e| backend("could not flush the sled database", e))?;
         self.counters
@@ -712,6 +712,22 @@ impl CheckpointSaver for SledSaver {
         self.counters.disk_flushes.fetch_add(1, Ordering::Relaxed);
         self.durable.fetch_max(upto, Ordering::AcqRel);
         Ok(())
+    }
+}
+
+/// Flushes `db`. On a multi-threaded tokio runtime the flush runs right here, with the worker
+/// handed over to another thread meanwhile (`block_in_place`): the caller waits for the disk
+/// and nothing else. sled's own `flush_async` would instead wake a thread of sled's pool and
+/// be woken back, two thread switches on the path of every step in sync mode (about a fifth
+/// of a step's cost on a 2-core machine). Elsewhere (a current-thread runtime, no runtime) it
+/// falls back to `flush_async`.
+async fn flush_db(db: &sled::Db) -> sled::Result<usize> {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(|| db.flush())
+    } else {
+        db.flush_async().await
     }
 }
 

@@ -1,10 +1,11 @@
 //! The coordinator actor: one per run, it drives the supersteps.
 //!
 //! A step: plan the tasks (from the frame), reuse outputs recorded by an earlier attempt of
-//! the same step, hand the rest to agents, collect their answers (retrying failures under the
-//! node's policy, killing agents that overrun their timeout), and at the barrier either merge
-//! everything into a new checkpoint or, if a task failed or interrupted, record the finished
-//! tasks' outputs as pending writes and stop. Nothing of a step is applied unless all of it is.
+//! the same step, hand the rest to agents (or, when one task is left, run it here: see
+//! `runs_inline`), collect their answers (retrying failures under the node's policy, killing
+//! agents that overrun their timeout), and at the barrier either merge everything into a new
+//! checkpoint or, if a task failed or interrupted, record the finished tasks' outputs as
+//! pending writes and stop. Nothing of a step is applied unless all of it is.
 
 use crate::config::RunConfig;
 use crate::error::RunError;
@@ -16,13 +17,18 @@ use ferrograph_core::checkpoint::{
     decode_output, encode_checkpoint, encode_output, ChainStats, CheckpointSaver, CheckpointSource,
     PendingKind, PendingWrite, ThreadInfo, ThreadStatus,
 };
-use ferrograph_core::engine::{FinishedTask, Frame, PlannedTask};
+use ferrograph_core::engine::{panic_message, FinishedTask, Frame, PlannedTask};
+use ferrograph_core::graph::NodeKind;
 use ferrograph_core::id::stable_hash;
 use ferrograph_core::json::Json;
-use ferrograph_core::node::{interrupt_id, CommandTarget, NodeContextParts, NodeError, NodeOutput};
+use ferrograph_core::node::{
+    interrupt_id, CommandTarget, NodeContext, NodeContextParts, NodeError, NodeOutput,
+};
 use ferrograph_core::stream::{StreamEvent, StreamMode, TaskOutcome};
 use ferrograph_core::{CompiledGraph, Interrupt, State, StateUpdate};
+use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -214,9 +220,7 @@ impl<S: State> Actor for Coordinator<S> {
                 _ => return Ok(()),
             },
             CoordMsg::Retry { gen, slot } => match cs.run.as_mut() {
-                Some(st) if !stale(gen) => Box::pin(st.dispatch(&myself, slot))
-                    .await
-                    .map(|()| Flow::Wait),
+                Some(st) if !stale(gen) => Box::pin(st.run_task(&myself, slot)).await,
                 _ => return Ok(()),
             },
             CoordMsg::RunTimeout { gen } => match cs.run.as_mut() {
@@ -396,6 +400,13 @@ impl<S: State> RunState<S> {
                 limit: self.args.config.max_steps,
             });
         }
+        if let Some(limit) = self.args.config.timeout {
+            // Steps that run inline do not pass through the mailbox, where the run's timer
+            // would otherwise be seen.
+            if self.started.elapsed() >= limit {
+                return Err(RunError::Timeout(limit));
+            }
+        }
         let spec = self.args.graph.spec();
         let before: Vec<&PlannedTask<S>> = self
             .args
@@ -507,6 +518,15 @@ impl<S: State> RunState<S> {
         if self.outstanding == 0 {
             return self.barrier(myself).await;
         }
+        if self.outstanding == 1 {
+            if let Some(i) = self
+                .slots
+                .iter()
+                .position(|s| matches!(s.state, SlotState::Waiting))
+            {
+                return self.run_task(myself, i).await;
+            }
+        }
         for i in 0..self.slots.len() {
             if matches!(self.slots[i].state, SlotState::Waiting) {
                 self.dispatch(myself, i).await?;
@@ -515,39 +535,156 @@ impl<S: State> RunState<S> {
         Ok(Flow::Wait)
     }
 
-    async fn dispatch(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize) -> Result<(), RunError> {
-        let node = self.slots[i].node;
-        let agent = self.args.pool.acquire(node).await?;
+    /// Marks slot `i` running and builds what its task starts with: the input and the node's
+    /// context (without the event sink, which the runner of the task attaches).
+    fn begin_task(&mut self, i: usize) -> (Arc<S>, NodeContextParts) {
         let step = self.args.frame.step + 1;
-        let spec = self.args.graph.node(node);
         let slot = &mut self.slots[i];
+        let spec = self.args.graph.node(slot.node);
         slot.state = SlotState::Running;
         slot.started = Instant::now();
-        slot.agent = Some(agent.clone());
         let input = match &slot.task.input {
             Some(s) => Arc::new(s.clone()),
             None => self.args.frame.state.clone(),
         };
-        let resume_values = if slot.resume.is_empty() {
+        let resume = if slot.resume.is_empty() {
             Vec::new()
         } else {
             ordered_resume(&self.args.namespace, &slot.task.id, &slot.resume)
         };
+        let ctx = NodeContextParts {
+            node: spec.name.clone(),
+            task_id: slot.task.id.as_str().into(),
+            namespace: self.args.namespace.clone(),
+            step,
+            attempt: slot.attempt,
+            thread_id: self.args.thread_id.clone(),
+            resume,
+            sink: None,
+            remaining_steps: Some(self.args.config.max_steps.saturating_sub(self.steps_run)),
+            store: self.args.store.clone(),
+        };
+        (input, ctx)
+    }
+
+    /// Sends the task-start event of slot `i`.
+    async fn emit_task_start(&self, i: usize) {
+        let slot = &self.slots[i];
+        self.emit(StreamMode::Tasks, || StreamEvent::TaskStart {
+            namespace: self.args.namespace.clone(),
+            step: self.args.frame.step + 1,
+            node: self.args.graph.node(slot.node).name.clone(),
+            task_id: slot.task.id.as_str().into(),
+            attempt: slot.attempt,
+        })
+        .await;
+    }
+
+    /// Whether slot `i` runs on this coordinator instead of an agent: the only task still to
+    /// run in its step (nothing to run in parallel with, so an agent would only add two
+    /// mailbox hops and a cross-thread wake-up), and a plain function node (a subgraph runs
+    /// its own coordinator and keeps its agent).
+    fn runs_inline(&self, i: usize) -> bool {
+        self.outstanding == 1
+            && matches!(
+                self.args.graph.node(self.slots[i].node).kind,
+                NodeKind::Func(_)
+            )
+    }
+
+    /// Runs slot `i`: on this coordinator when it is the step's only task left, otherwise on
+    /// an agent (the answer comes back as a message).
+    async fn run_task(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize) -> StepOutcome<S> {
+        if self.runs_inline(i) {
+            self.run_inline(myself, i).await
+        } else {
+            self.dispatch(myself, i).await.map(|()| Flow::Wait)
+        }
+    }
+
+    /// Runs slot `i`'s node on this coordinator's own task, under the same guards an agent
+    /// gives it: a panic is caught, reported as the task's failure and counted against the
+    /// node's restart intensity; the node's timeout and the run's timeout both apply.
+    async fn run_inline(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize) -> StepOutcome<S> {
+        let node = self.slots[i].node;
+        self.args.pool.check_escalated(node)?;
+        // A chain of nodes that never wait would otherwise keep this worker thread forever.
+        tokio::task::consume_budget().await;
+        let (input, ctx) = self.begin_task(i);
+        self.emit_task_start(i).await;
+        let (attempt, started) = (self.slots[i].attempt, self.slots[i].started);
+        let spec = self.args.graph.node(node);
+        let NodeKind::Func(f) = &spec.kind else {
+            return Err(RunError::Internal("only function nodes run inline".into()));
+        };
+        let sink = self
+            .args
+            .events
+            .clone()
+            .map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>);
+        let ctx = NodeContext::new(NodeContextParts { sink, ..ctx });
+        let work = AssertUnwindSafe(async { f.call(input, ctx).await }).catch_unwind();
+        let node_limit = spec.options.timeout;
+        let run_deadline = self
+            .args
+            .config
+            .timeout
+            .map(|t| (t, tokio::time::Instant::from_std(self.started) + t));
+        let answer = match (node_limit, run_deadline) {
+            (None, None) => Some(work.await),
+            _ => {
+                let node_sleep = async {
+                    match node_limit {
+                        Some(l) => tokio::time::sleep(l).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let run_sleep = async {
+                    match run_deadline {
+                        Some((_, at)) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    a = work => Some(a),
+                    () = node_sleep => None,
+                    () = run_sleep => {
+                        let limit = run_deadline.map(|(t, _)| t).unwrap_or_default();
+                        return Err(RunError::Timeout(limit));
+                    }
+                }
+            }
+        };
+        let result = match answer {
+            None => TaskResult::Failed(NodeError::Timeout(node_limit.unwrap_or_default())),
+            Some(Ok(Ok(out))) => TaskResult::Output(out),
+            Some(Ok(Err(NodeError::Interrupted(list)))) => TaskResult::Interrupted {
+                interrupts: list,
+                child: None,
+            },
+            Some(Ok(Err(e))) => TaskResult::Failed(e),
+            Some(Err(payload)) => {
+                let message = panic_message(payload.as_ref());
+                self.args.pool.node_panicked(node, &message);
+                TaskResult::Failed(NodeError::Panicked(message))
+            }
+        };
+        self.task_done(myself, i, attempt, result, started.elapsed())
+            .await
+    }
+
+    async fn dispatch(&mut self, myself: &ActorRef<CoordMsg<S>>, i: usize) -> Result<(), RunError> {
+        let node = self.slots[i].node;
+        let agent = self.args.pool.acquire(node).await?;
+        let (input, ctx) = self.begin_task(i);
+        let slot = &mut self.slots[i];
+        slot.agent = Some(agent.clone());
+        let attempt = slot.attempt;
         let req = TaskRequest {
             node,
             input,
-            ctx: NodeContextParts {
-                node: spec.name.clone(),
-                task_id: slot.task.id.as_str().into(),
-                namespace: self.args.namespace.clone(),
-                step,
-                attempt: slot.attempt,
-                thread_id: self.args.thread_id.clone(),
-                resume: resume_values,
-                sink: None,
-                remaining_steps: Some(self.args.config.max_steps.saturating_sub(self.steps_run)),
-                store: self.args.store.clone(),
-            },
+            ctx,
             resume: slot.resume.clone(),
             child: slot.child.clone(),
             max_steps: self.args.config.max_steps,
@@ -556,14 +693,12 @@ impl<S: State> RunState<S> {
                 coord: myself.clone(),
                 gen: self.gen,
                 slot: i,
-                attempt: slot.attempt,
-                started: Instant::now(),
+                attempt,
+                started: slot.started,
                 sent: false,
             },
         };
-        let attempt = slot.attempt;
-        let (name, task_id) = (spec.name.clone(), slot.task.id.clone());
-        if let Some(limit) = spec.options.timeout {
+        if let Some(limit) = self.args.graph.node(node).options.timeout {
             let (me, gen) = (myself.clone(), self.gen);
             tokio::spawn(async move {
                 tokio::time::sleep(limit).await;
@@ -574,15 +709,7 @@ impl<S: State> RunState<S> {
                 });
             });
         }
-        let ns = self.args.namespace.clone();
-        self.emit(StreamMode::Tasks, || StreamEvent::TaskStart {
-            namespace: ns,
-            step,
-            node: name,
-            task_id: task_id.into(),
-            attempt,
-        })
-        .await;
+        self.emit_task_start(i).await;
         if agent.cast(AgentMsg::Execute(Box::new(req))).is_err() {
             // The agent died between acquire and send; the dropped request's guard reports it.
         }
@@ -606,7 +733,7 @@ impl<S: State> RunState<S> {
         let step = self.args.frame.step + 1;
         let node_idx = slot.node;
         let spec = self.args.graph.node(node_idx);
-        let (name, task_id) = (spec.name.clone(), slot.task.id.clone());
+        let name = spec.name.clone();
         let outcome;
         let mut retry_wait = None;
         let mut new_state = match result {
@@ -669,16 +796,14 @@ impl<S: State> RunState<S> {
                 }
             }
         };
-        let ns = self.args.namespace.clone();
-        let outcome_for_event = outcome.clone();
         self.emit(StreamMode::Tasks, || StreamEvent::TaskEnd {
-            namespace: ns,
+            namespace: self.args.namespace.clone(),
             step,
             node: name.clone(),
-            task_id: task_id.clone().into(),
+            task_id: self.slots[i].task.id.as_str().into(),
             attempt,
             duration,
-            outcome: outcome_for_event,
+            outcome,
         })
         .await;
         self.slots[i].agent = None;

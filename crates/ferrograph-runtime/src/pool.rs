@@ -1,16 +1,17 @@
 //! Agent actors and their supervisor.
 //!
-//! Every node of a graph runs inside an agent actor. Agents of a node are pooled: an idle agent
-//! takes the next task of that node, runs it, answers the coordinator and goes back to the
-//! pool. Each agent handles one task at a time, so its mailbox never holds more than one
-//! message; concurrency comes from having several agents.
+//! The tasks of a step with several tasks run inside agent actors (a step's only task runs on
+//! the run's coordinator, which has nothing else to do meanwhile). Agents of a node are
+//! pooled: an idle agent takes the next task of that node, runs it, answers the coordinator
+//! and goes back to the pool. Each agent handles one task at a time, so its mailbox never
+//! holds more than one message; concurrency comes from having several agents.
 //!
 //! All agents of a graph are linked to one supervisor actor. A node that panics makes its
 //! agent fail on purpose after reporting the panic to the coordinator; the supervisor then
-//! restarts it (a fresh agent joins the pool) unless the node's agents failed more than
-//! `max_restarts` times within the window, in which case the supervisor escalates: the node is
-//! marked failed, runs that reach it fail with [`RunError::Escalated`], and the supervisor stops
-//! with an error that its own supervisor (the runtime's root) records.
+//! restarts it (a fresh agent joins the pool) unless the node's tasks panicked (on agents or
+//! on coordinators) more than `max_restarts` times within the window, in which case the node
+//! escalates: it is marked failed, runs that reach it fail with [`RunError::Escalated`], and
+//! the supervisor stops with an error that its own supervisor (the runtime's root) records.
 
 use crate::config::RuntimeConfig;
 use crate::coordinator::{CoordMsg, Coordinator, RunArgs, TaskResult};
@@ -217,32 +218,27 @@ pub(crate) struct PoolSupervisor<S: State> {
 pub(crate) enum SupervisorMsg {
     /// Stop every agent and then the supervisor.
     Shutdown,
-}
-
-/// Restart history per node.
-pub(crate) struct SupervisorState {
-    restarts: HashMap<usize, VecDeque<Instant>>,
+    /// A node escalated (this says why): fail.
+    Escalate(String),
 }
 
 impl<S: State> Actor for PoolSupervisor<S> {
     type Msg = SupervisorMsg;
-    type State = SupervisorState;
+    type State = ();
     type Arguments = ();
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
         _args: (),
-    ) -> Result<SupervisorState, ActorProcessingErr> {
-        Ok(SupervisorState {
-            restarts: HashMap::new(),
-        })
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
     }
 
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        _state: &mut SupervisorState,
+        _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         myself.stop_children(None);
         Ok(())
@@ -252,13 +248,16 @@ impl<S: State> Actor for PoolSupervisor<S> {
         &self,
         myself: ActorRef<Self::Msg>,
         message: SupervisorMsg,
-        _state: &mut SupervisorState,
+        _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SupervisorMsg::Shutdown => {
                 myself.stop_children(None);
                 myself.stop(None);
             }
+            // A node that ran on a coordinator panicked past the restart limit: fail as for
+            // an agent's, so that the runtime's root sees the escalation.
+            SupervisorMsg::Escalate(failure) => return Err(failure.into()),
         }
         Ok(())
     }
@@ -267,7 +266,7 @@ impl<S: State> Actor for PoolSupervisor<S> {
         &self,
         myself: ActorRef<Self::Msg>,
         event: SupervisionEvent,
-        state: &mut SupervisorState,
+        _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         let Some(pool) = self.pool.upgrade() else {
             return Ok(());
@@ -278,25 +277,9 @@ impl<S: State> Actor for PoolSupervisor<S> {
                     return Ok(());
                 };
                 let name = pool.graph.node(node).name.to_string();
-                let limit = pool.config.restart_intensity;
-                let now = Instant::now();
-                let history = state.restarts.entry(node).or_default();
-                history.push_back(now);
-                while history
-                    .front()
-                    .is_some_and(|t| now.duration_since(*t) > limit.within)
-                {
-                    history.pop_front();
-                }
-                if history.len() as u32 > limit.max_restarts {
+                if let Some(failure) = pool.count_failure(node, &err.to_string()) {
                     tracing::error!(node = %name, error = %err, "restart limit exceeded, escalating");
-                    pool.escalate(node, err.to_string());
-                    return Err(format!(
-                        "agents of node `{name}` failed {} times within {:?}: {err}",
-                        history.len(),
-                        limit.within
-                    )
-                    .into());
+                    return Err(failure.into());
                 }
                 tracing::warn!(node = %name, error = %err, "agent failed, restarting");
                 pool.restarts
@@ -324,6 +307,8 @@ pub(crate) struct AgentPool<S: State> {
     idle: Vec<Mutex<Vec<ActorRef<AgentMsg<S>>>>>,
     agents: Mutex<HashMap<ActorId, usize>>,
     escalated: Mutex<Option<(usize, String)>>,
+    /// When each node's tasks last panicked, within the restart window.
+    failures: Mutex<HashMap<usize, VecDeque<Instant>>>,
     coordinators: Mutex<Vec<ActorRef<CoordMsg<S>>>>,
     /// Agents restarted after a failure.
     pub(crate) restarts: AtomicU64,
@@ -348,6 +333,7 @@ impl<S: State> AgentPool<S> {
             idle: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             agents: Mutex::new(HashMap::new()),
             escalated: Mutex::new(None),
+            failures: Mutex::new(HashMap::new()),
             coordinators: Mutex::new(Vec::new()),
             restarts: AtomicU64::new(0),
             node_cache: crate::node_cache::NodeCache::new(),
@@ -373,16 +359,62 @@ impl<S: State> AgentPool<S> {
             .ok_or_else(|| RunError::Internal("agent pool has no supervisor".into()))
     }
 
+    /// Fails with [`RunError::Escalated`] when `node`'s failures went past the restart limit.
+    pub(crate) fn check_escalated(&self, node: usize) -> Result<(), RunError> {
+        match &*self.escalated.lock() {
+            Some((bad, reason)) if *bad == node => Err(RunError::Escalated {
+                node: self.graph.node(node).name.to_string(),
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a panic of one of `node`'s tasks against the restart intensity. Past the limit,
+    /// the node escalates and this returns why (the supervisor fails with it).
+    fn count_failure(&self, node: usize, error: &str) -> Option<String> {
+        let limit = self.config.restart_intensity;
+        let now = Instant::now();
+        let count = {
+            let mut failures = self.failures.lock();
+            let history = failures.entry(node).or_default();
+            history.push_back(now);
+            while history
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > limit.within)
+            {
+                history.pop_front();
+            }
+            history.len()
+        };
+        if count as u32 <= limit.max_restarts {
+            return None;
+        }
+        self.escalate(node, error.to_string());
+        Some(format!(
+            "tasks of node `{}` panicked {count} times within {:?}: {error}",
+            self.graph.node(node).name,
+            limit.within
+        ))
+    }
+
+    /// A task of `node` that ran on its coordinator panicked: count it as an agent's failure
+    /// would be (no agent needs replacing), escalating past the limit.
+    pub(crate) fn node_panicked(&self, node: usize, message: &str) {
+        let reason = format!("node `{}` panicked: {message}", self.graph.node(node).name);
+        if let Some(failure) = self.count_failure(node, &reason) {
+            tracing::error!(node = %self.graph.node(node).name, error = %reason, "restart limit exceeded, escalating");
+            if let Some(s) = self.supervisor.get() {
+                let _ = s.cast(SupervisorMsg::Escalate(failure));
+            }
+        } else {
+            tracing::warn!(node = %self.graph.node(node).name, error = %reason, "node panicked");
+        }
+    }
+
     /// An idle agent for `node`, or a new one.
     pub(crate) async fn acquire(&self, node: usize) -> Result<ActorRef<AgentMsg<S>>, RunError> {
-        if let Some((bad, reason)) = self.escalated.lock().clone() {
-            if bad == node {
-                return Err(RunError::Escalated {
-                    node: self.graph.node(node).name.to_string(),
-                    reason,
-                });
-            }
-        }
+        self.check_escalated(node)?;
         if let Some(agent) = self.idle[node].lock().pop() {
             return Ok(agent);
         }
