@@ -107,7 +107,9 @@ pub(crate) struct RunArgs<S: State> {
     pub(crate) done: oneshot::Sender<RunEnd<S>>,
     /// Subgraph mode: keep every merged update for the parent; parent commands end the run.
     pub(crate) is_subgraph: bool,
-    pub(crate) guard: Option<RunGuard>,
+    /// Holds the thread (and the runtime's admission) until the run is dropped, which
+    /// happens before its answer is sent.
+    pub(crate) _guard: Option<RunGuard>,
     /// Where to record the thread's status when the run ends.
     pub(crate) saver: Option<Arc<dyn CheckpointSaver>>,
     pub(crate) thread_info: Option<ThreadInfo>,
@@ -142,6 +144,12 @@ struct Slot<S: State> {
     recorded: bool,
     /// Its key in the node cache, when its node has a cache policy and it ran.
     cache_key: Option<String>,
+}
+
+/// A finished run's answer, sent once the run's resources are released.
+pub(crate) struct Answer<S: State> {
+    done: oneshot::Sender<RunEnd<S>>,
+    end: RunEnd<S>,
 }
 
 /// The coordinator's state: its current run, if any.
@@ -244,9 +252,13 @@ impl<S: State> Actor for Coordinator<S> {
                 Err(e) => break RunEnd::Failed(e),
             }
         };
-        st.finish(end).await;
+        let answer = st.finish(end).await;
         let pool = st.args.pool.clone();
+        // The run's thread guard, saver and writer go before the answer does.
         cs.run = None;
+        if let Some(Answer { done, end }) = answer {
+            let _ = done.send(end);
+        }
         pool.release_coordinator(myself);
         Ok(())
     }
@@ -1257,7 +1269,10 @@ impl<S: State> RunState<S> {
     /// Makes the run's checkpoints durable and records the thread's status. In sync mode the
     /// status and the last checkpoint share one flush; otherwise the status is written only
     /// after every checkpoint is durable, so it never claims more than the disk holds.
-    async fn finish(&mut self, mut end: RunEnd<S>) {
+    /// Records how the run ended and returns the answer for the caller. The caller of this
+    /// drops the run (its thread guard, saver and writer) before sending the answer, so that
+    /// whoever gets the answer finds the thread free and no handle of the run left behind.
+    async fn finish(&mut self, mut end: RunEnd<S>) -> Option<Answer<S>> {
         let saver = self.args.saver.clone();
         let sync = self.args.writer.is_sync();
         if let (true, Some(saver), Some(info)) = (sync, saver.as_ref(), self.thread_record(&end)) {
@@ -1300,12 +1315,7 @@ impl<S: State> RunState<S> {
             elapsed = ?self.started.elapsed(),
             "run finished"
         );
-        // Release the thread before answering, so that a caller can start the next run on it
-        // as soon as it has this one's result.
-        self.args.guard.take();
-        if let Some(done) = self.done.take() {
-            let _ = done.send(end);
-        }
+        self.done.take().map(|done| Answer { done, end })
     }
 }
 

@@ -573,7 +573,7 @@ impl<S: State> GraphRunner<S> {
             events,
             done,
             is_subgraph: false,
-            guard: Some(guard),
+            _guard: Some(guard),
             saver,
             thread_info,
             merged: Vec::new(),

@@ -146,7 +146,7 @@ pub(crate) async fn run_child<S: State>(
         events,
         done,
         is_subgraph: true,
-        guard: None,
+        _guard: None,
         saver: None,
         thread_info: None,
         merged,
