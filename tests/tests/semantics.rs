@@ -792,7 +792,10 @@ async fn a_loop_of_nodes_that_never_wait_stops_at_the_run_timeout() {
     );
     // 200 ms of spinning leave room for all 10 ticks; a loop that never yielded would leave 0.
     let during = ticks.load(Ordering::SeqCst);
-    assert!(during >= 3, "the ticker ran {during} times while the loop spun");
+    assert!(
+        during >= 3,
+        "the ticker ran {during} times while the loop spun"
+    );
     ticker.await.unwrap();
 }
 
