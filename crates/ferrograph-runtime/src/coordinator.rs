@@ -10,7 +10,7 @@
 use crate::config::RunConfig;
 use crate::error::RunError;
 use crate::events::EventTx;
-use crate::pool::{AgentMsg, AgentPool, ReplyGuard, TaskRequest};
+use crate::pool::{call_node, AgentMsg, AgentPool, ReplyGuard, TaskRequest};
 use crate::runtime::{RunGuard, RuntimeInner};
 use crate::writer::Writer;
 use ferrograph_core::checkpoint::{
@@ -21,9 +21,7 @@ use ferrograph_core::engine::{panic_message, FinishedTask, Frame, PlannedTask};
 use ferrograph_core::graph::NodeKind;
 use ferrograph_core::id::stable_hash;
 use ferrograph_core::json::Json;
-use ferrograph_core::node::{
-    interrupt_id, CommandTarget, NodeContext, NodeContextParts, NodeError, NodeOutput,
-};
+use ferrograph_core::node::{interrupt_id, CommandTarget, NodeContextParts, NodeError, NodeOutput};
 use ferrograph_core::stream::{StreamEvent, StreamMode, TaskOutcome};
 use ferrograph_core::{CompiledGraph, Interrupt, State, StateUpdate};
 use futures::FutureExt;
@@ -629,13 +627,8 @@ impl<S: State> RunState<S> {
         let NodeKind::Func(f) = &spec.kind else {
             return Err(RunError::Internal("only function nodes run inline".into()));
         };
-        let sink = self
-            .args
-            .events
-            .clone()
-            .map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>);
-        let ctx = NodeContext::new(NodeContextParts { sink, ..ctx });
-        let work = AssertUnwindSafe(async { f.call(input, ctx).await }).catch_unwind();
+        let events = self.args.events.clone();
+        let work = AssertUnwindSafe(call_node(f.as_ref(), input, ctx, events)).catch_unwind();
         let node_limit = spec.options.timeout;
         let run_deadline = self
             .args
@@ -670,12 +663,7 @@ impl<S: State> RunState<S> {
         };
         let result = match answer {
             None => TaskResult::Failed(NodeError::Timeout(node_limit.unwrap_or_default())),
-            Some(Ok(Ok(out))) => TaskResult::Output(out),
-            Some(Ok(Err(NodeError::Interrupted(list)))) => TaskResult::Interrupted {
-                interrupts: list,
-                child: None,
-            },
-            Some(Ok(Err(e))) => TaskResult::Failed(e),
+            Some(Ok(result)) => result,
             Some(Err(payload)) => {
                 let message = panic_message(payload.as_ref());
                 self.args.pool.node_panicked(node, &message);

@@ -86,6 +86,27 @@ impl<S: State> Drop for ReplyGuard<S> {
     }
 }
 
+/// Runs a function node's task, on an agent or on a coordinator, and says how it ended. The
+/// node's events go to `events`. A panic, also one thrown before the node returns its future,
+/// unwinds out of the returned future for the caller to catch.
+pub(crate) async fn call_node<S: State>(
+    f: &dyn ferrograph_core::node::NodeFn<S>,
+    input: Arc<S>,
+    ctx: NodeContextParts,
+    events: Option<crate::events::EventTx<S>>,
+) -> TaskResult<S> {
+    let sink = events.map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>);
+    let ctx = NodeContext::new(NodeContextParts { sink, ..ctx });
+    match f.call(input, ctx).await {
+        Ok(out) => TaskResult::Output(out),
+        Err(NodeError::Interrupted(list)) => TaskResult::Interrupted {
+            interrupts: list,
+            child: None,
+        },
+        Err(e) => TaskResult::Failed(e),
+    }
+}
+
 /// Messages an agent understands.
 pub(crate) enum AgentMsg<S: State> {
     /// Run a task and answer through its reply guard.
@@ -137,20 +158,7 @@ impl<S: State> Actor for AgentActor<S> {
         let spec = pool.graph.node(node);
         let work = async {
             match &spec.kind {
-                NodeKind::Func(f) => {
-                    let sink = events
-                        .clone()
-                        .map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>);
-                    let ctx = NodeContext::new(NodeContextParts { sink, ..ctx });
-                    match f.call(input, ctx).await {
-                        Ok(out) => TaskResult::Output(out),
-                        Err(NodeError::Interrupted(list)) => TaskResult::Interrupted {
-                            interrupts: list,
-                            child: None,
-                        },
-                        Err(e) => TaskResult::Failed(e),
-                    }
-                }
+                NodeKind::Func(f) => call_node(f.as_ref(), input, ctx, events.clone()).await,
                 NodeKind::Foreign(child) => {
                     let Some(runtime) = pool.runtime.upgrade() else {
                         return TaskResult::Failed(NodeError::fatal("the runtime is gone"));
