@@ -52,13 +52,17 @@ async fn read_back(dir: &Path) {
     assert!(saver.get_thread("t").await.unwrap().is_some());
 }
 
+fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn flush_on_a_multi_threaded_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime();
     // On a worker (a spawned task) and from block_on's own thread.
     let path = dir.path().to_path_buf();
     rt.block_on(async move { tokio::spawn(write_and_flush_owned(path)).await.unwrap() });
@@ -72,10 +76,7 @@ async fn write_and_flush_owned(dir: std::path::PathBuf) {
 #[test]
 fn flush_from_block_on_of_a_multi_threaded_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let rt = multi_thread_runtime();
     rt.block_on(write_and_flush(dir.path()));
     rt.block_on(read_back(dir.path()));
 }

@@ -410,10 +410,10 @@ impl<S: State> RunState<S> {
                 limit: self.args.config.max_steps,
             });
         }
-        if let Some(limit) = self.args.config.timeout {
+        if let Some((limit, at)) = self.run_deadline() {
             // Steps that run inline do not pass through the mailbox, where the run's timer
             // would otherwise be seen.
-            if self.started.elapsed() >= limit {
+            if tokio::time::Instant::now() >= at {
                 return Err(RunError::Timeout(limit));
             }
         }
@@ -577,6 +577,12 @@ impl<S: State> RunState<S> {
         (input, ctx)
     }
 
+    /// The run's timeout and the moment it runs out, if it has one.
+    fn run_deadline(&self) -> Option<(Duration, tokio::time::Instant)> {
+        let limit = self.args.config.timeout?;
+        Some((limit, tokio::time::Instant::from_std(self.started) + limit))
+    }
+
     /// Sends the task-start event of slot `i`.
     async fn emit_task_start(&self, i: usize) {
         let slot = &self.slots[i];
@@ -629,40 +635,30 @@ impl<S: State> RunState<S> {
         };
         let events = self.args.events.clone();
         let work = AssertUnwindSafe(call_node(f.as_ref(), input, ctx, events)).catch_unwind();
-        let node_limit = spec.options.timeout;
-        let run_deadline = self
-            .args
-            .config
+        // One timer for whichever comes first, the node's timeout or the run's deadline.
+        let node_deadline = spec
+            .options
             .timeout
-            .map(|t| (t, tokio::time::Instant::from_std(self.started) + t));
-        let answer = match (node_limit, run_deadline) {
-            (None, None) => Some(work.await),
-            _ => {
-                let node_sleep = async {
-                    match node_limit {
-                        Some(l) => tokio::time::sleep(l).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let run_sleep = async {
-                    match run_deadline {
-                        Some((_, at)) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    a = work => Some(a),
-                    () = node_sleep => None,
-                    () = run_sleep => {
-                        let limit = run_deadline.map(|(t, _)| t).unwrap_or_default();
-                        return Err(RunError::Timeout(limit));
-                    }
-                }
-            }
+            .map(|l| (l, tokio::time::Instant::now() + l));
+        let run_deadline = self.run_deadline();
+        let first = match (node_deadline, run_deadline) {
+            (Some(n), Some(r)) => Some(if r.1 < n.1 { (r, true) } else { (n, false) }),
+            (Some(n), None) => Some((n, false)),
+            (None, Some(r)) => Some((r, true)),
+            (None, None) => None,
+        };
+        let answer = match first {
+            None => Some(work.await),
+            Some(((limit, at), is_run)) => match tokio::time::timeout_at(at, work).await {
+                Ok(a) => Some(a),
+                Err(_) if is_run => return Err(RunError::Timeout(limit)),
+                Err(_) => None,
+            },
         };
         let result = match answer {
-            None => TaskResult::Failed(NodeError::Timeout(node_limit.unwrap_or_default())),
+            None => TaskResult::Failed(NodeError::Timeout(
+                node_deadline.map(|(l, _)| l).unwrap_or_default(),
+            )),
             Some(Ok(result)) => result,
             Some(Err(payload)) => {
                 let message = panic_message(payload.as_ref());
@@ -1257,9 +1253,10 @@ impl<S: State> RunState<S> {
     /// Makes the run's checkpoints durable and records the thread's status. In sync mode the
     /// status and the last checkpoint share one flush; otherwise the status is written only
     /// after every checkpoint is durable, so it never claims more than the disk holds.
-    /// Records how the run ended and returns the answer for the caller. The caller of this
-    /// drops the run (its thread guard, saver and writer) before sending the answer, so that
-    /// whoever gets the answer finds the thread free and no handle of the run left behind.
+    ///
+    /// Returns the answer for the caller without sending it: the handler drops the run (its
+    /// thread guard, saver and writer) first, so that whoever gets the answer finds the thread
+    /// free and no handle of the run left behind.
     async fn finish(&mut self, mut end: RunEnd<S>) -> Option<Answer<S>> {
         let saver = self.args.saver.clone();
         let sync = self.args.writer.is_sync();
