@@ -1,0 +1,312 @@
+//! The course material: one folder per subject, each with its notes (`*.md`) and a `guide.md`
+//! (the seed's "guía docente"); an index over all of it with the subject in every chunk's
+//! metadata, built on first use and refreshed when files change.
+//!
+//! The two subjects this repository ships (`networks`, `databases`) are compiled into the
+//! binary and written out on first use, so `ferrograph chat tutor` works from any folder and
+//! from an installed bundle.
+
+use crate::state::ContextChunk;
+use ferrograph_index::build::{chunk_file, content_hash, embedding_text};
+use ferrograph_index::{
+    BertEmbedder, BuildOptions, DocumentUpdate, EmbedOptions, Embedder, Filter, Index, IndexConfig,
+    NewChunk, Query, Retriever,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The course files shipped with the tutor: (path under the course folder, text).
+pub const BUILTIN_COURSE: &[(&str, &str)] = &[
+    (
+        "networks/guide.md",
+        include_str!("../course/networks/guide.md"),
+    ),
+    (
+        "networks/layers.md",
+        include_str!("../course/networks/layers.md"),
+    ),
+    (
+        "networks/transport.md",
+        include_str!("../course/networks/transport.md"),
+    ),
+    (
+        "networks/routing.md",
+        include_str!("../course/networks/routing.md"),
+    ),
+    ("networks/dns.md", include_str!("../course/networks/dns.md")),
+    (
+        "databases/guide.md",
+        include_str!("../course/databases/guide.md"),
+    ),
+    (
+        "databases/sql.md",
+        include_str!("../course/databases/sql.md"),
+    ),
+    (
+        "databases/normalisation.md",
+        include_str!("../course/databases/normalisation.md"),
+    ),
+    (
+        "databases/transactions.md",
+        include_str!("../course/databases/transactions.md"),
+    ),
+    (
+        "databases/indexes.md",
+        include_str!("../course/databases/indexes.md"),
+    ),
+];
+
+/// The guide's file name in each subject folder.
+pub const GUIDE_FILE: &str = "guide.md";
+
+/// What went wrong with the course material.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CourseError {
+    /// The subject has no folder.
+    #[error("unknown subject `{subject}` (the course folder {dir} has: {available})")]
+    UnknownSubject {
+        /// Asked for.
+        subject: String,
+        /// The course folder.
+        dir: String,
+        /// The subjects it has.
+        available: String,
+    },
+    /// A subject folder has no guide.
+    #[error("the subject `{0}` has no {GUIDE_FILE}")]
+    NoGuide(String),
+    /// Reading or writing the files.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The index.
+    #[error("the course index: {0}")]
+    Index(#[from] ferrograph_index::IndexError),
+    /// The embedding model could not be loaded.
+    #[error("the embedding model: {0}")]
+    Embedder(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CourseError {
+    let what = what.into();
+    move |source| CourseError::Io { what, source }
+}
+
+/// Writes the built-in course into `dir` when `dir` does not exist yet (a folder that exists
+/// is the user's and is left as it is).
+pub fn ensure_builtin(dir: &Path) -> Result<(), CourseError> {
+    if dir.exists() {
+        return Ok(());
+    }
+    for (rel, text) in BUILTIN_COURSE {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("creating {}", parent.display())))?;
+        }
+        std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// The subjects of a course folder: its subfolders, sorted.
+pub fn subjects(dir: &Path) -> Result<Vec<String>, CourseError> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(io(format!("reading {}", dir.display())))?;
+    for e in entries.flatten() {
+        if e.path().is_dir() {
+            if let Some(name) = e.file_name().to_str() {
+                if !name.starts_with('.') {
+                    out.push(name.to_string());
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Checks that `subject` is one of the course's subjects.
+pub fn check_subject(dir: &Path, subject: &str) -> Result<(), CourseError> {
+    let all = subjects(dir)?;
+    if all.iter().any(|s| s == subject) {
+        Ok(())
+    } else {
+        Err(CourseError::UnknownSubject {
+            subject: subject.to_string(),
+            dir: dir.display().to_string(),
+            available: if all.is_empty() {
+                "no subjects".into()
+            } else {
+                all.join(", ")
+            },
+        })
+    }
+}
+
+/// The subject's course guide.
+pub fn guide(dir: &Path, subject: &str) -> Result<String, CourseError> {
+    check_subject(dir, subject)?;
+    let path = dir.join(subject).join(GUIDE_FILE);
+    if !path.is_file() {
+        return Err(CourseError::NoGuide(subject.to_string()));
+    }
+    std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))
+}
+
+/// Makes the embedder (tests swap in a cheap one).
+pub type EmbedderFactory = Arc<dyn Fn() -> Result<Arc<dyn Embedder>, String> + Send + Sync>;
+
+/// all-MiniLM-L6-v2 from `models/`.
+pub fn minilm() -> EmbedderFactory {
+    Arc::new(|| {
+        BertEmbedder::default_model(EmbedOptions::default())
+            .map(|e| Arc::new(e) as Arc<dyn Embedder>)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The course index, opened (and brought up to date) once per process.
+pub struct CourseIndex {
+    course_dir: PathBuf,
+    index_dir: PathBuf,
+    make_embedder: EmbedderFactory,
+    retriever: tokio::sync::OnceCell<Arc<Retriever>>,
+}
+
+impl CourseIndex {
+    /// An index of `course_dir` kept in `index_dir`.
+    pub fn new(course_dir: PathBuf, index_dir: PathBuf, make_embedder: EmbedderFactory) -> Self {
+        CourseIndex {
+            course_dir,
+            index_dir,
+            make_embedder,
+            retriever: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The course folder.
+    pub fn course_dir(&self) -> &Path {
+        &self.course_dir
+    }
+
+    /// The retriever, building or refreshing the index the first time.
+    pub async fn retriever(&self) -> Result<Arc<Retriever>, CourseError> {
+        self.retriever
+            .get_or_try_init(|| async {
+                let course = self.course_dir.clone();
+                let index = self.index_dir.clone();
+                let make = self.make_embedder.clone();
+                tokio::task::spawn_blocking(move || open_index(&course, &index, &make))
+                    .await
+                    .map_err(|e| CourseError::Embedder(format!("indexing panicked: {e}")))?
+            })
+            .await
+            .cloned()
+    }
+
+    /// The `k` passages of `subject`'s notes closest to `query`.
+    pub async fn search(
+        &self,
+        subject: &str,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<ContextChunk>, CourseError> {
+        let retriever = self.retriever().await?;
+        let q = Query::new(query)
+            .k(k)
+            .filter(Filter::eq("subject", subject));
+        let hits = retriever.search_async(q).await?;
+        Ok(hits
+            .into_iter()
+            .map(|h| ContextChunk {
+                heading: h.metadata.get("heading").cloned().unwrap_or_default(),
+                path: h.path,
+                text: h.text,
+                score: h.score,
+            })
+            .collect())
+    }
+}
+
+/// Opens (or creates) the index and re-embeds the files that changed since it was written;
+/// files that are gone are removed from it.
+fn open_index(
+    course: &Path,
+    dir: &Path,
+    make: &EmbedderFactory,
+) -> Result<Arc<Retriever>, CourseError> {
+    ensure_builtin(course)?;
+    let embedder = make().map_err(CourseError::Embedder)?;
+    let index = Arc::new(Index::open_or_create(
+        dir,
+        IndexConfig::new(embedder.dim(), embedder.model_id()),
+    )?);
+    let opts = BuildOptions::default();
+    let mut present = BTreeMap::new();
+    for subject in subjects(course)? {
+        let folder = course.join(&subject);
+        let entries =
+            std::fs::read_dir(&folder).map_err(io(format!("reading {}", folder.display())))?;
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("md") {
+                continue;
+            }
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            present.insert(format!("{subject}/{name}"), (subject.clone(), path.clone()));
+        }
+    }
+    let mut updates = Vec::new();
+    for (rel, (subject, path)) in &present {
+        let text =
+            std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+        let hash = content_hash(&text);
+        if index.document_hash(rel)?.as_deref() == Some(hash.as_str()) {
+            continue;
+        }
+        let chunks = chunk_file(rel, &text, &opts.chunk);
+        let texts: Vec<String> = chunks.iter().map(|(m, t)| embedding_text(m, t)).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&refs)?;
+        let chunks = chunks
+            .into_iter()
+            .zip(vectors)
+            .map(|((mut meta, text), vector)| {
+                meta.metadata.insert("subject".into(), subject.clone());
+                NewChunk { meta, text, vector }
+            })
+            .collect();
+        updates.push(DocumentUpdate {
+            path: rel.clone(),
+            content_hash: hash,
+            chunks,
+        });
+    }
+    let gone: Vec<String> = index
+        .documents()?
+        .into_iter()
+        .filter(|d| !present.contains_key(d))
+        .collect();
+    let changed = !updates.is_empty() || !gone.is_empty();
+    if !gone.is_empty() {
+        index.delete_documents(&gone)?;
+    }
+    if !updates.is_empty() {
+        tracing::info!(files = updates.len(), "indexing the course notes");
+        index.upsert_documents(updates)?;
+    }
+    if changed {
+        index.save()?;
+    }
+    Ok(Arc::new(Retriever::new(index, embedder)?))
+}

@@ -1,0 +1,509 @@
+//! The quiz subgraph (seed 002's test session):
+//!
+//! ```text
+//! START → plan → retrieve → write → ask ─┬─ ask (next question, or the same one again when
+//!                                        │       the answer could not be read)
+//!                                        └─ END (every question answered)
+//! ```
+//!
+//! - `plan` asks the model for search queries about the topic; when its answer is unusable the
+//!   topic itself is the query (the seed's fallback).
+//! - `retrieve` searches the subject's notes (subject filter) with each query.
+//! - `write` makes exactly N questions, each from one retrieved passage. The model writes a
+//!   question as JSON (constrained to the schema on local models); code checks it: four
+//!   distinct options, a valid letter, and the right option's words found in the passage. A
+//!   question that fails is replaced by one built from a term the passage defines (a **bold**
+//!   term of the notes and the sentence that defines it, the other options being terms of the
+//!   same notes), so a quiz never has fewer questions or an answer the notes do not support.
+//! - `ask` interrupts once per question with `{action, question_num, total_questions,
+//!   question_text, options, feedback}`; the resume value is the answer. The letter is checked
+//!   in code; the model writes one sentence of explanation, which is kept only when it is
+//!   usable, and otherwise the notes' own sentence is the explanation. The feedback is shown
+//!   with the next question and in the summary.
+
+use crate::course::CourseIndex;
+use crate::state::{ContextChunk, GradedAnswer, Question, QuizState, QuizStateUpdate};
+use crate::text::{bold_terms, clip, read_answer, sentences, unusable};
+use ferrograph::chat::{ChatModel, GenerateOptions};
+use ferrograph::core::Message;
+use ferrograph::prelude::*;
+use ferrograph::CompileError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// What the quiz's nodes use.
+pub struct QuizDeps {
+    /// The model (questions, queries, explanations).
+    pub llm: Arc<dyn ChatModel>,
+    /// The course notes.
+    pub course: Arc<CourseIndex>,
+    /// Passages retrieved per query.
+    pub per_query: usize,
+}
+
+/// The compiled quiz subgraph.
+pub fn graph(deps: Arc<QuizDeps>) -> Result<CompiledGraph<QuizState>, CompileError> {
+    let (d1, d2, d3, d4) = (deps.clone(), deps.clone(), deps.clone(), deps);
+    StateGraph::<QuizState>::new("quiz")
+        .add_node("plan", move |s: Arc<QuizState>, _ctx: NodeContext| {
+            let d = d1.clone();
+            async move { plan(&d, &s).await }
+        })
+        .add_node("retrieve", move |s: Arc<QuizState>, _ctx: NodeContext| {
+            let d = d2.clone();
+            async move { retrieve(&d, &s).await }
+        })
+        .add_node("write", move |s: Arc<QuizState>, _ctx: NodeContext| {
+            let d = d3.clone();
+            async move { write(&d, &s).await }
+        })
+        .add_node("ask", move |s: Arc<QuizState>, ctx: NodeContext| {
+            let d = d4.clone();
+            async move { ask(&d, &s, &ctx).await }
+        })
+        .add_edge(START, "plan")
+        .add_edge("plan", "retrieve")
+        .add_edge("retrieve", "write")
+        .add_edge("write", "ask")
+        .add_conditional_edges_map(
+            "ask",
+            |s: &QuizState| {
+                if s.answers.len() < s.questions.len() {
+                    "next"
+                } else {
+                    "done"
+                }
+            },
+            [("next", "ask"), ("done", END)],
+        )
+        .compile()
+}
+
+#[derive(Deserialize)]
+struct Queries {
+    queries: Vec<String>,
+}
+
+async fn plan(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError> {
+    let prompt = format!(
+        "Write up to 3 short search queries to find course notes about: {}",
+        s.topic
+    );
+    let opts = GenerateOptions::greedy().max_tokens(80).json_schema(
+        "queries",
+        json!({
+            "type": "object",
+            "properties": {"queries": {"type": "array", "items": {"type": "string"},
+                           "minItems": 1, "maxItems": 3}},
+            "required": ["queries"]
+        }),
+    );
+    let parsed = match d.llm.invoke(&[Message::human(prompt)], &opts, None).await {
+        Ok(m) => ferrograph::chat::parse_structured::<Queries>(&m.content).ok(),
+        Err(e) => {
+            tracing::warn!(error = %e, "quiz query generation failed; searching for the topic");
+            None
+        }
+    };
+    let mut queries: Vec<String> = parsed
+        .map(|q| q.queries)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|q| q.trim().to_string())
+        .filter(|q| !q.is_empty() && q.len() <= 200)
+        .collect();
+    queries.dedup();
+    let fell_back = queries.is_empty();
+    if fell_back {
+        queries.push(s.topic.clone());
+    }
+    Ok(QuizStateUpdate::new()
+        .queries(queries)
+        .queries_fell_back(fell_back))
+}
+
+async fn retrieve(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError> {
+    // The topic is always searched too: the model's queries may drift from it.
+    let mut queries = vec![s.topic.clone()];
+    queries.extend(s.queries.iter().cloned());
+    let mut found: Vec<ContextChunk> = Vec::new();
+    for q in &queries {
+        let hits = d
+            .course
+            .search(&s.subject, q, d.per_query)
+            .await
+            .map_err(|e| NodeError::failed(e.to_string()))?;
+        for h in hits {
+            match found
+                .iter_mut()
+                .find(|f| f.path == h.path && f.text == h.text)
+            {
+                Some(f) => f.score = f.score.max(h.score),
+                None => found.push(h),
+            }
+        }
+    }
+    found.sort_by(|a, b| b.score.total_cmp(&a.score));
+    if found.is_empty() {
+        return Err(NodeError::fatal(format!(
+            "the notes of `{}` are empty: there is nothing to ask about",
+            s.subject
+        )));
+    }
+    Ok(QuizStateUpdate::new().context(found))
+}
+
+#[derive(Deserialize)]
+struct Drafted {
+    question: String,
+    options: Vec<String>,
+    answer: String,
+}
+
+fn norm(s: &str) -> String {
+    s.to_lowercase()
+        .chars()
+        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Checks a drafted question against its passage; the reason when it is rejected.
+fn check_draft(d: &Drafted, passage: &str, earlier: &[Question]) -> Result<Question, String> {
+    let text = d.question.trim();
+    if let Some(why) = unusable(text) {
+        return Err(format!("question {why}"));
+    }
+    if d.options.len() != 4 {
+        return Err(format!("{} options instead of 4", d.options.len()));
+    }
+    let opts: Vec<String> = d.options.iter().map(|o| o.trim().to_string()).collect();
+    for (i, o) in opts.iter().enumerate() {
+        if o.is_empty() || o.chars().count() > 100 {
+            return Err(format!("option {} is empty or too long", i + 1));
+        }
+        if opts[..i].iter().any(|p| norm(p) == norm(o)) {
+            return Err("two options are the same".into());
+        }
+    }
+    let letter = d
+        .answer
+        .trim()
+        .chars()
+        .next()
+        .map(|c| c.to_ascii_uppercase())
+        .filter(|c| ('A'..='D').contains(c))
+        .ok_or_else(|| format!("answer `{}` is not a letter A-D", d.answer))?;
+    let right = &opts[(letter as u8 - b'A') as usize];
+    let passage_n = norm(passage);
+    if !passage_n.contains(&norm(right)) {
+        return Err(format!(
+            "the right option \"{right}\" is not in the passage"
+        ));
+    }
+    if earlier.iter().any(|q| norm(&q.text) == norm(text)) {
+        return Err("the same question was already asked".into());
+    }
+    let evidence = sentences(passage)
+        .into_iter()
+        .find(|s| norm(s).contains(&norm(right)))
+        .unwrap_or_default();
+    let mut text = text.to_string();
+    if !text.ends_with('?') {
+        text.push('?');
+    }
+    Ok(Question {
+        text,
+        options: opts,
+        answer: letter,
+        source: String::new(),
+        evidence,
+        origin: "model".into(),
+    })
+}
+
+/// A question built from a term the notes define: the defining sentence with the term blanked
+/// out; the other options are other terms of the same notes.
+fn question_from_notes(
+    chunk: &ContextChunk,
+    all_terms: &[String],
+    earlier: &[Question],
+    salt: usize,
+) -> Option<Question> {
+    let used: Vec<String> = earlier
+        .iter()
+        .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
+        .collect();
+    for term in bold_terms(&chunk.text) {
+        if used.contains(&norm(&term)) {
+            continue;
+        }
+        let Some(sentence) = sentences(&chunk.text)
+            .into_iter()
+            .filter(|s| s.contains(&term) && s.split_whitespace().count() >= 6)
+            .max_by_key(|s| usize::from(s.starts_with(&term)))
+        else {
+            continue;
+        };
+        let mut distractors: Vec<&String> = all_terms
+            .iter()
+            .filter(|t| norm(t) != norm(&term) && !sentence.contains(t.as_str()))
+            .collect();
+        // Spread the choice of distractors, deterministically.
+        let n = distractors.len();
+        if n < 3 {
+            continue;
+        }
+        distractors.rotate_left((salt * 7 + term.len()) % n);
+        let blanked = sentence.replacen(&term, "_____", 1);
+        let position = (salt + term.len()) % 4;
+        let mut options: Vec<String> = distractors.into_iter().take(3).cloned().collect();
+        options.insert(position, term.clone());
+        return Some(Question {
+            text: format!("Which term fills the blank? \"{blanked}\""),
+            options,
+            answer: (b'A' + position as u8) as char,
+            source: chunk.source(),
+            evidence: sentence,
+            origin: "notes".into(),
+        });
+    }
+    None
+}
+
+async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError> {
+    let n = s.num_questions.max(1) as usize;
+    let mut all_terms: Vec<String> = Vec::new();
+    for c in &s.context {
+        for t in bold_terms(&c.text) {
+            if !all_terms.iter().any(|x| norm(x) == norm(&t)) {
+                all_terms.push(t);
+            }
+        }
+    }
+    // Too few terms in the retrieved passages for distractors: take the subject's other notes.
+    if all_terms.len() < 4 {
+        if let Ok(more) = d.course.search(&s.subject, "terms", 8).await {
+            for c in more {
+                for t in bold_terms(&c.text) {
+                    if !all_terms.iter().any(|x| norm(x) == norm(&t)) {
+                        all_terms.push(t);
+                    }
+                }
+            }
+        }
+    }
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "question": {"type": "string"},
+            "options": {"type": "array", "items": {"type": "string"}, "minItems": 4, "maxItems": 4},
+            "answer": {"type": "string", "enum": ["A", "B", "C", "D"]}
+        },
+        "required": ["question", "options", "answer"]
+    });
+    let opts = GenerateOptions::greedy()
+        .max_tokens(160)
+        .json_schema("question", schema);
+    let mut questions: Vec<Question> = Vec::new();
+    let mut attempt = 0usize;
+    while questions.len() < n && attempt < n + s.context.len() {
+        let chunk = &s.context[attempt % s.context.len()];
+        attempt += 1;
+        let passage = clip(&chunk.text, 900);
+        let prompt = format!(
+            "Passage from the course notes:\n{passage}\n\nWrite one {} multiple-choice question about {} that this passage answers. \
+             Give four options; the right one must be words from the passage.",
+            s.difficulty, s.topic
+        );
+        let drafted = match d.llm.invoke(&[Message::human(prompt)], &opts, None).await {
+            Ok(m) => ferrograph::chat::parse_structured::<Drafted>(&m.content)
+                .map_err(|e| e.to_string())
+                .and_then(|dr| check_draft(&dr, &chunk.text, &questions)),
+            Err(e) => Err(e.to_string()),
+        };
+        match drafted {
+            Ok(mut q) => {
+                q.source = chunk.source();
+                questions.push(q);
+            }
+            Err(why) => {
+                tracing::info!(reason = %why, "model's quiz question rejected; building one from the notes");
+                if let Some(q) = question_from_notes(chunk, &all_terms, &questions, questions.len())
+                {
+                    questions.push(q);
+                }
+            }
+        }
+    }
+    if questions.len() < n {
+        return Err(NodeError::fatal(format!(
+            "could write only {} of {n} questions about \"{}\" from the notes of `{}`",
+            questions.len(),
+            s.topic,
+            s.subject
+        )));
+    }
+    Ok(QuizStateUpdate::new().questions(questions))
+}
+
+/// The interrupt's payload for question `idx`.
+pub fn question_payload(s: &QuizState, idx: usize) -> Value {
+    let q = &s.questions[idx];
+    let options: Vec<String> = (0..q.options.len())
+        .map(|i| q.option((b'A' + i as u8) as char))
+        .collect();
+    json!({
+        "action": "answer_question",
+        "question_num": idx + 1,
+        "total_questions": s.questions.len(),
+        "question_text": q.text,
+        "options": options,
+        "feedback": idx.checked_sub(1).and_then(|p| s.answers.get(p)).map(|a| a.feedback.clone()),
+        "invalid_answer": s.invalid_answer,
+    })
+}
+
+async fn ask(d: &QuizDeps, s: &QuizState, ctx: &NodeContext) -> Result<QuizStateUpdate, NodeError> {
+    let idx = s.answers.len();
+    let Some(q) = s.questions.get(idx) else {
+        return Ok(QuizStateUpdate::new());
+    };
+    let given: Value = ctx.interrupt(question_payload(s, idx))?;
+    let letter = match read_answer(&given, &q.options) {
+        Ok(l) => l,
+        Err(why) => return Ok(QuizStateUpdate::new().invalid_answer(Some(why))),
+    };
+    let correct = letter == q.answer;
+    let right = q.option(q.answer);
+    let verdict = if correct {
+        format!("Correct: {right}.")
+    } else {
+        format!(
+            "Not quite: you chose {}, the answer is {right}.",
+            q.option(letter)
+        )
+    };
+    let explanation = explain(d, q).await;
+    Ok(QuizStateUpdate::new()
+        .answers(vec![GradedAnswer {
+            given: letter,
+            correct,
+            feedback: format!("{verdict} {explanation}"),
+        }])
+        .invalid_answer(None))
+}
+
+/// One sentence on why the right answer is right: the model's when usable (and naming the
+/// answer), else the notes' sentence.
+async fn explain(d: &QuizDeps, q: &Question) -> String {
+    let right = &q.options[(q.answer as u8 - b'A') as usize];
+    let fallback = if q.evidence.is_empty() {
+        format!("See {}.", q.source)
+    } else {
+        format!("The notes say: \"{}\"", q.evidence)
+    };
+    let prompt = format!(
+        "Question: {}\nRight answer: {right}\nNotes: {}\nIn one sentence, explain why the right answer is right.",
+        q.text, q.evidence
+    );
+    let opts = GenerateOptions::greedy().max_tokens(60).stop("\n");
+    match d.llm.invoke(&[Message::human(prompt)], &opts, None).await {
+        Ok(m) => {
+            let t = m.content.trim();
+            let names_it = norm(t).contains(&norm(right));
+            if unusable(t).is_none() && names_it && t.len() <= 400 {
+                t.to_string()
+            } else {
+                fallback
+            }
+        }
+        Err(_) => fallback,
+    }
+}
+
+/// The quiz's closing message: the score and each question's feedback.
+pub fn summary(s: &QuizState) -> String {
+    let mut out = format!(
+        "Quiz on {}: {}/{} correct.",
+        s.topic,
+        s.correct(),
+        s.questions.len()
+    );
+    for (i, (q, a)) in s.questions.iter().zip(&s.answers).enumerate() {
+        out.push_str(&format!(
+            "\n{}. {} {}\n   {}",
+            i + 1,
+            if a.correct { "✓" } else { "✗" },
+            q.text,
+            a.feedback
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(text: &str) -> ContextChunk {
+        ContextChunk {
+            path: "networks/transport.md".into(),
+            heading: "TCP".into(),
+            text: text.into(),
+            score: 1.0,
+        }
+    }
+
+    #[test]
+    fn drafts_are_checked_against_the_passage() {
+        let p = "**UDP** is connectionless: each datagram is sent on its own.";
+        let good = Drafted {
+            question: "Which protocol sends each datagram on its own".into(),
+            options: vec!["TCP".into(), "UDP".into(), "IP".into(), "DNS".into()],
+            answer: "B".into(),
+        };
+        let q = check_draft(&good, p, &[]).unwrap();
+        assert_eq!(q.answer, 'B');
+        assert!(q.text.ends_with('?'));
+        assert!(q.evidence.contains("connectionless"));
+        let wrong = Drafted {
+            answer: "A".into(),
+            ..good
+        };
+        assert!(check_draft(&wrong, p, &[])
+            .unwrap_err()
+            .contains("not in the passage"));
+        let dup = Drafted {
+            question: "Which protocol sends each datagram on its own".into(),
+            options: vec!["UDP".into(), "udp".into(), "IP".into(), "DNS".into()],
+            answer: "A".into(),
+        };
+        assert!(check_draft(&dup, p, &[]).unwrap_err().contains("same"));
+    }
+
+    #[test]
+    fn questions_from_notes_blank_a_defined_term() {
+        let c = chunk(
+            "- **Flow control**: the receiver limits the sender through the advertised window.",
+        );
+        let terms: Vec<String> = [
+            "Flow control",
+            "Congestion control",
+            "Sequence number",
+            "Port",
+        ]
+        .map(String::from)
+        .to_vec();
+        let q = question_from_notes(&c, &terms, &[], 0).unwrap();
+        assert_eq!(q.options.len(), 4);
+        assert_eq!(q.options[(q.answer as u8 - b'A') as usize], "Flow control");
+        assert!(q.text.contains("_____"));
+        assert!(!q.text.contains("Flow control"));
+        // The same term is not asked twice.
+        assert!(question_from_notes(&c, &terms, &[q], 1).is_none());
+    }
+}

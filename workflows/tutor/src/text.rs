@@ -1,0 +1,357 @@
+//! Text rules the tutor checks in code: question difficulty, the thinking/answer split, answers
+//! a person would reject (empty, repetitive), and reading a student's quiz answer.
+
+use serde_json::Value;
+
+/// How hard a question is (seed 002's `DifficultyLevel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Difficulty {
+    /// A definition or a fact.
+    Basic,
+    /// An explanation.
+    Intermediate,
+    /// Reasoning: comparisons, causes, designs, consequences.
+    Advanced,
+}
+
+impl Difficulty {
+    /// `basic`, `intermediate` or `advanced`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Difficulty::Basic => "basic",
+            Difficulty::Intermediate => "intermediate",
+            Difficulty::Advanced => "advanced",
+        }
+    }
+
+    /// Reads a level's name; anything else is `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "basic" | "easy" => Some(Difficulty::Basic),
+            "intermediate" | "medium" => Some(Difficulty::Intermediate),
+            "advanced" | "hard" => Some(Difficulty::Advanced),
+            _ => None,
+        }
+    }
+}
+
+const ADVANCED_CUES: &[&str] = &[
+    "why ",
+    "compare",
+    "difference between",
+    "differences between",
+    "trade-off",
+    "tradeoff",
+    "what would happen",
+    "what happens if",
+    "prove",
+    "justify",
+    "design ",
+    "analyse",
+    "analyze",
+    "advantages and disadvantages",
+    "pros and cons",
+    "step by step",
+];
+
+const BASIC_CUES: &[&str] = &[
+    "what is ",
+    "what's ",
+    "what are ",
+    "define ",
+    "definition of",
+    "who ",
+    "when ",
+    "what does ",
+    "stand for",
+    "name the",
+    "list ",
+];
+
+/// Classifies a question by its wording. `None` when no rule applies (the seed then uses the
+/// intermediate prompt).
+pub fn classify(question: &str) -> Option<Difficulty> {
+    let q = format!(" {} ", question.to_lowercase());
+    let words = question.split_whitespace().count();
+    if ADVANCED_CUES.iter().any(|c| q.contains(c)) || words > 30 {
+        return Some(Difficulty::Advanced);
+    }
+    if q.contains("explain") || q.contains("how does") || q.contains("how do") {
+        return Some(Difficulty::Intermediate);
+    }
+    if BASIC_CUES.iter().any(|c| q.contains(c)) {
+        return Some(Difficulty::Basic);
+    }
+    None
+}
+
+/// Splits an answer into its `<thinking>` section and the answer proper. Tagged output gives
+/// `(Some(thinking), answer)` where the answer is the `<answer>` section, or the text after the
+/// thinking when there is no `<answer>` tag; untagged output stays as it is.
+pub fn split_thinking(content: &str) -> (Option<String>, String) {
+    let thinking = between(content, "<thinking>", "</thinking>");
+    let answer = between(content, "<answer>", "</answer>");
+    match (thinking, answer) {
+        (None, None) => (None, content.trim().to_string()),
+        (t, Some(a)) => (t.map(|(_, s)| s), a.1),
+        (Some((end, t)), None) => {
+            let rest = content[end..].trim();
+            // An unclosed <answer> tag: everything after it.
+            let rest = rest.strip_prefix("<answer>").unwrap_or(rest).trim();
+            (Some(t), rest.to_string())
+        }
+    }
+}
+
+/// The trimmed text between `open` and `close` (or to the end when `close` is missing), with
+/// the index just past it.
+fn between(s: &str, open: &str, close: &str) -> Option<(usize, String)> {
+    let start = s.find(open)? + open.len();
+    match s[start..].find(close) {
+        Some(n) => Some((
+            start + n + close.len(),
+            s[start..start + n].trim().to_string(),
+        )),
+        None => Some((s.len(), s[start..].trim().to_string())),
+    }
+}
+
+/// Why a text is not something to show a student, if it is not: empty, too short, the same
+/// words over and over, or not prose.
+pub fn unusable(text: &str) -> Option<String> {
+    let t = text.trim();
+    let words: Vec<String> = t
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.len() < 3 {
+        return Some(format!("too short ({} words)", words.len()));
+    }
+    let letters = t.chars().filter(|c| c.is_alphabetic()).count();
+    if letters * 2 < t.chars().count() {
+        return Some("mostly not letters".into());
+    }
+    let distinct: std::collections::HashSet<&String> = words.iter().collect();
+    if words.len() >= 12 && distinct.len() * 3 < words.len() {
+        return Some(format!(
+            "repetitive ({} distinct words of {})",
+            distinct.len(),
+            words.len()
+        ));
+    }
+    // A phrase of four words that comes back three times or more.
+    let mut seen = std::collections::HashMap::new();
+    for w in words.windows(4) {
+        let n = seen.entry(w.join(" ")).or_insert(0);
+        *n += 1;
+        if *n >= 3 {
+            return Some(format!("repeats \"{}\"", w.join(" ")));
+        }
+    }
+    None
+}
+
+/// The sentences of a passage (markdown list markers and emphasis removed).
+pub fn sentences(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let raw = line.trim();
+        // Headings and list items stand alone; other lines join their paragraph.
+        let alone = raw.starts_with('#') || raw.starts_with("- ") || raw.starts_with("* ");
+        let l = raw.trim_start_matches(['-', '*', '#']).trim();
+        if l.is_empty() {
+            out.push(String::new());
+            continue;
+        }
+        if alone {
+            out.push(String::new());
+        }
+        out.push(l.replace("**", ""));
+        if alone {
+            out.push(String::new());
+        }
+    }
+    // Paragraphs joined, then cut after '.', '?' or '!' followed by a space.
+    let mut all = Vec::new();
+    for para in out.split(|l| l.is_empty()) {
+        let p = para.join(" ");
+        let mut cur = String::new();
+        let chars: Vec<char> = p.chars().collect();
+        for (i, &c) in chars.iter().enumerate() {
+            cur.push(c);
+            let end =
+                matches!(c, '.' | '?' | '!') && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
+            if end {
+                let s = cur.trim().to_string();
+                if !s.is_empty() {
+                    all.push(s);
+                }
+                cur.clear();
+            }
+        }
+        let s = cur.trim().to_string();
+        if !s.is_empty() {
+            all.push(s);
+        }
+    }
+    all
+}
+
+/// The terms a passage defines: its **bold** words.
+pub fn bold_terms(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(a) = rest.find("**") {
+        let after = &rest[a + 2..];
+        let Some(b) = after.find("**") else { break };
+        let term = after[..b].trim().to_string();
+        if !term.is_empty()
+            && term.len() <= 40
+            && !out.iter().any(|t| t.eq_ignore_ascii_case(&term))
+        {
+            out.push(term);
+        }
+        rest = &after[b + 2..];
+    }
+    out
+}
+
+/// Reads a student's answer to a question with `options`: a letter (`b`, `B)`, `answer: B`)
+/// or an option's text. The error says what is accepted.
+pub fn read_answer(value: &Value, options: &[String]) -> Result<char, String> {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => match o.get("answer") {
+            Some(Value::String(s)) => s.clone(),
+            _ => return Err("expected a letter or {\"answer\": \"B\"}".into()),
+        },
+        other => other.to_string(),
+    };
+    let letters: Vec<char> = (0..options.len())
+        .map(|i| (b'A' + i as u8) as char)
+        .collect();
+    let t = text.trim();
+    let lowered = t.to_lowercase();
+    let t = lowered
+        .strip_prefix("answer")
+        .map(|r| r.trim_start_matches([':', ' ', '=']))
+        .unwrap_or(&lowered)
+        .trim();
+    let mut chars = t.chars();
+    if let Some(first) = chars.next() {
+        let up = first.to_ascii_uppercase();
+        let rest: String = chars.collect();
+        let rest = rest.trim_start();
+        let ends = rest.is_empty() || rest.starts_with([')', '.', ':', ' ']);
+        if letters.contains(&up) && ends {
+            return Ok(up);
+        }
+    }
+    for (i, o) in options.iter().enumerate() {
+        if o.trim().eq_ignore_ascii_case(t) {
+            return Ok(letters[i]);
+        }
+    }
+    Err(format!(
+        "\"{}\" is not one of the options: answer with {}",
+        text.trim(),
+        letters
+            .iter()
+            .map(char::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// At most `n` characters of `s`, cut at a word boundary, with `…` when cut.
+pub fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(n).collect();
+    let at = cut.rfind(char::is_whitespace).unwrap_or(cut.len());
+    format!("{}…", cut[..at].trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn difficulty_rules() {
+        assert_eq!(classify("What is a subnet?"), Some(Difficulty::Basic));
+        assert_eq!(
+            classify("Why does TCP slow down when packets are lost?"),
+            Some(Difficulty::Advanced)
+        );
+        assert_eq!(
+            classify("Compare TCP and UDP for video calls"),
+            Some(Difficulty::Advanced)
+        );
+        assert_eq!(
+            classify("Explain the three-way handshake"),
+            Some(Difficulty::Intermediate)
+        );
+        assert_eq!(classify("tcp handshake"), None);
+    }
+
+    #[test]
+    fn thinking_is_split_out_and_untagged_text_stays() {
+        let (t, a) = split_thinking(
+            "<thinking>loss means congestion</thinking>\n<answer>It backs off.</answer>",
+        );
+        assert_eq!(t.as_deref(), Some("loss means congestion"));
+        assert_eq!(a, "It backs off.");
+        let (t, a) = split_thinking("<thinking>steps</thinking> The answer.");
+        assert_eq!(t.as_deref(), Some("steps"));
+        assert_eq!(a, "The answer.");
+        let (t, a) = split_thinking("Just an answer.");
+        assert_eq!(t, None);
+        assert_eq!(a, "Just an answer.");
+    }
+
+    #[test]
+    fn unusable_text_is_caught() {
+        assert!(unusable("").is_some());
+        assert!(unusable("TCP TCP").is_some());
+        assert!(unusable(&"the packet is lost ".repeat(5)).is_some());
+        assert!(unusable("{} [] {} [] {} []").is_some());
+        assert_eq!(
+            unusable("TCP retransmits data whose acknowledgement does not arrive."),
+            None
+        );
+    }
+
+    #[test]
+    fn answers_are_read_as_letters_or_option_text() {
+        let opts: Vec<String> = ["TCP", "UDP", "IP", "DNS"].map(String::from).to_vec();
+        assert_eq!(read_answer(&json!("b"), &opts), Ok('B'));
+        assert_eq!(read_answer(&json!(" C) IP"), &opts), Ok('C'));
+        assert_eq!(read_answer(&json!("Answer: d"), &opts), Ok('D'));
+        assert_eq!(read_answer(&json!({"answer": "A"}), &opts), Ok('A'));
+        assert_eq!(read_answer(&json!("udp"), &opts), Ok('B'));
+        assert!(read_answer(&json!("E"), &opts).is_err());
+        assert!(read_answer(&json!("banana"), &opts).is_err());
+        assert!(read_answer(&json!(3), &opts).is_err());
+    }
+
+    #[test]
+    fn sentences_and_terms() {
+        let p = "## TCP\n**TCP** is reliable. It numbers bytes.\n- **UDP**: no handshake.";
+        assert_eq!(
+            sentences(p),
+            vec![
+                "TCP",
+                "TCP is reliable.",
+                "It numbers bytes.",
+                "UDP: no handshake."
+            ]
+        );
+        assert_eq!(bold_terms(p), vec!["TCP", "UDP"]);
+    }
+}
