@@ -6,7 +6,7 @@
 use ferrograph::core::graph::GraphProblem;
 use ferrograph::core::state::StateUpdate;
 use ferrograph::prelude::*;
-use ferrograph::{CheckpointSaver, RunStatus, StreamEvent, ThreadStatus};
+use ferrograph::{CancelHandle, CheckpointSaver, RunStatus, StreamEvent, ThreadStatus};
 use ferrograph_tests::{log, Doc, DocUpdate};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -633,6 +633,80 @@ async fn node_timeout_kills_the_agent_and_the_run_timeout_stops_the_run() {
     // The last superstep boundary was saved.
     let snap = runner.get_state("slowrun", None).await.unwrap();
     assert!(snap.values.count >= 2, "{}", snap.values.count);
+}
+
+#[tokio::test]
+async fn a_cancel_handle_stops_the_run_and_keeps_the_last_boundary() {
+    let rt = Runtime::new().await.unwrap();
+    // A loop whose steps wait (inline: one task per step), and a step of two tasks that never
+    // finish (on agents).
+    for parallel in [false, true] {
+        let mut g = StateGraph::<Doc>::new("cancellable")
+            .add_node("tick", |s: Arc<Doc>, _c| async move {
+                if s.count >= 3 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(DocUpdate::new().count(1))
+            })
+            .add_edge(START, "tick");
+        if parallel {
+            g = g
+                .add_node("stuck", |_s, _c| async {
+                    std::future::pending::<()>().await;
+                    Ok(DocUpdate::new())
+                })
+                .add_edge(START, "stuck")
+                .add_edge("tick", END)
+                .add_edge("stuck", END);
+        } else {
+            g = g.add_edge("tick", "tick");
+        }
+        let runner = rt
+            .load(g.compile().unwrap())
+            .await
+            .unwrap()
+            .with_checkpointer(Arc::new(MemorySaver::new()));
+        let cancel = CancelHandle::new();
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            c.cancel();
+        });
+        let thread = format!("cancel-{parallel}");
+        let started = std::time::Instant::now();
+        let err = runner
+            .invoke(
+                input(DocUpdate::new()),
+                RunConfig::thread(&thread)
+                    .max_steps(1000)
+                    .cancel(cancel.clone()),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RunError::Cancelled), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let snap = runner.get_state(&thread, None).await.unwrap();
+        if parallel {
+            // The step did not finish (the finished sibling's write shows as pending).
+            assert!(snap.values.count <= 1, "{}", snap.values.count);
+            assert!(snap.next.contains(&"stuck".to_string()), "{:?}", snap.next);
+        } else {
+            assert_eq!(
+                snap.values.count, 3,
+                "the boundary before the stuck step is kept"
+            );
+        }
+        // A cancelled handle stops a later run before its first step.
+        let err = runner
+            .invoke(
+                input(DocUpdate::new()),
+                RunConfig::thread("again").cancel(cancel),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RunError::Cancelled), "{err}");
+    }
 }
 
 #[tokio::test]

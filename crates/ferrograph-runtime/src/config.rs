@@ -1,6 +1,7 @@
 //! Settings of the runtime and of single runs.
 
 use ferrograph_core::StreamModes;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// When checkpoints reach storage.
@@ -79,6 +80,49 @@ pub struct RunConfig {
     pub stream: StreamModes,
     /// When checkpoints reach storage.
     pub durability: Durability,
+    /// Stops the run from outside (a chat's Ctrl-C, a client that cancels).
+    pub cancel: Option<CancelHandle>,
+}
+
+/// Stops a run from outside. [`CancelHandle::cancel`] ends the run at once with
+/// [`crate::RunError::Cancelled`]: a task running on the run's coordinator is dropped where it
+/// awaits (a model call stops generating), tasks on agents are stopped like at a run timeout,
+/// and the thread keeps its last superstep boundary. A subgraph's own run, started by a task
+/// that is stopped, is not reached (it ends at its next interrupt or when it finishes).
+#[derive(Clone, Debug)]
+pub struct CancelHandle {
+    flag: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for CancelHandle {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CancelHandle {
+    /// A handle that has not been used.
+    pub fn new() -> Self {
+        CancelHandle {
+            flag: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+
+    /// Stops the run (or runs) given this handle; later calls do nothing.
+    pub fn cancel(&self) {
+        self.flag.send_replace(true);
+    }
+
+    /// Whether [`CancelHandle::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        *self.flag.borrow()
+    }
+
+    /// Resolves once the handle is cancelled.
+    pub async fn cancelled(&self) {
+        let mut rx = self.flag.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
 }
 
 impl Default for RunConfig {
@@ -90,6 +134,7 @@ impl Default for RunConfig {
             timeout: None,
             stream: StreamModes::NONE,
             durability: Durability::Sync,
+            cancel: None,
         }
     }
 }
@@ -114,6 +159,13 @@ impl RunConfig {
     #[must_use]
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = Some(t);
+        self
+    }
+
+    /// Lets `handle` stop the run.
+    #[must_use]
+    pub fn cancel(mut self, handle: CancelHandle) -> Self {
+        self.cancel = Some(handle);
         self
     }
 

@@ -60,6 +60,8 @@ pub(crate) enum CoordMsg<S: State> {
     Retry { gen: u64, slot: usize },
     /// The whole run ran out of time.
     RunTimeout { gen: u64 },
+    /// The run's cancel handle was used.
+    RunCancelled { gen: u64 },
 }
 
 /// How a run ended.
@@ -237,6 +239,13 @@ impl<S: State> Actor for Coordinator<S> {
                 }
                 _ => return Ok(()),
             },
+            CoordMsg::RunCancelled { gen } => match cs.run.as_mut() {
+                Some(st) if !stale(gen) => {
+                    st.kill_running();
+                    Err(RunError::Cancelled)
+                }
+                _ => return Ok(()),
+            },
         };
         let Some(st) = cs.run.as_mut() else {
             return Ok(());
@@ -276,6 +285,13 @@ impl<S: State> RunState<S> {
             tokio::spawn(async move {
                 tokio::time::sleep(t).await;
                 let _ = me.cast(CoordMsg::RunTimeout { gen });
+            });
+        }
+        if let Some(c) = args.config.cancel.clone() {
+            let me = myself.clone();
+            tokio::spawn(async move {
+                c.cancelled().await;
+                let _ = me.cast(CoordMsg::RunCancelled { gen });
             });
         }
         RunState {
@@ -416,6 +432,15 @@ impl<S: State> RunState<S> {
             if tokio::time::Instant::now() >= at {
                 return Err(RunError::Timeout(limit));
             }
+        }
+        if self
+            .args
+            .config
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.is_cancelled())
+        {
+            return Err(RunError::Cancelled);
         }
         let spec = self.args.graph.spec();
         let before: Vec<&PlannedTask<S>> = self
@@ -647,12 +672,22 @@ impl<S: State> RunState<S> {
             (None, Some(r)) => Some((r, true)),
             (None, None) => None,
         };
-        let answer = match first {
-            None => Some(work.await),
-            Some(((limit, at), is_run)) => match tokio::time::timeout_at(at, work).await {
-                Ok(a) => Some(a),
-                Err(_) if is_run => return Err(RunError::Timeout(limit)),
-                Err(_) => None,
+        let timed = async move {
+            match first {
+                None => Ok(Some(work.await)),
+                Some(((limit, at), is_run)) => match tokio::time::timeout_at(at, work).await {
+                    Ok(a) => Ok(Some(a)),
+                    Err(_) if is_run => Err(RunError::Timeout(limit)),
+                    Err(_) => Ok(None),
+                },
+            }
+        };
+        // A cancel drops the task where it awaits, like the run's deadline does.
+        let answer = match self.args.config.cancel.clone() {
+            None => timed.await?,
+            Some(c) => tokio::select! {
+                a = timed => a?,
+                () = c.cancelled() => return Err(RunError::Cancelled),
             },
         };
         let result = match answer {

@@ -34,6 +34,9 @@ pub enum RunError {
     /// The whole run took longer than its timeout.
     #[error("run timed out after {0:?}; the last superstep boundary is saved")]
     Timeout(Duration),
+    /// The run was stopped through its [`crate::CancelHandle`].
+    #[error("run cancelled; the last superstep boundary is saved")]
+    Cancelled,
     /// Checkpoint storage failed or returned damaged data.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),

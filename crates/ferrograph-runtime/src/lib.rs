@@ -20,7 +20,7 @@ mod runtime;
 mod subgraph;
 mod writer;
 
-pub use config::{Durability, RestartIntensity, RunConfig, RuntimeConfig};
+pub use config::{CancelHandle, Durability, RestartIntensity, RunConfig, RuntimeConfig};
 pub use confine::{InputPath, PathError, PathRole, PathRoots};
 pub use erased::{
     event_json, outcome_json, JsonEvent, JsonInput, JsonOutcome, JsonRun, JsonSnapshot, Workflow,

@@ -140,6 +140,7 @@ impl From<RunError> for ApiError {
             RunError::Step(_) => (S::UNPROCESSABLE_ENTITY, "run_failed"),
             RunError::StepLimit { .. } => (S::UNPROCESSABLE_ENTITY, "step_limit"),
             RunError::Timeout(_) => (S::GATEWAY_TIMEOUT, "run_timeout"),
+            RunError::Cancelled => (S::CONFLICT, "run_cancelled"),
             RunError::ShuttingDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
             RunError::Checkpoint(_) => (S::INTERNAL_SERVER_ERROR, "storage_error"),
             RunError::Escalated { .. } => (S::INTERNAL_SERVER_ERROR, "node_escalated"),

@@ -48,9 +48,9 @@ pub use ferrograph_core::{
 pub use settings::WorkflowSettings;
 
 pub use ferrograph_runtime::{
-    Durability, Entry, GraphRunner, MappedSubgraph, Registry, RegistryError, RunConfig, RunError,
-    RunInput, RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig, SnapshotTask, StateEdit,
-    StateSnapshot,
+    CancelHandle, Durability, Entry, GraphRunner, MappedSubgraph, Registry, RegistryError,
+    RunConfig, RunError, RunInput, RunOutcome, RunStatus, RunStream, Runtime, RuntimeConfig,
+    SnapshotTask, StateEdit, StateSnapshot,
 };
 
 /// Everything most programs need, in one import.
