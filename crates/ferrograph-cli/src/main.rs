@@ -3,6 +3,7 @@
 mod backups;
 mod bench_workflow;
 mod bundle;
+mod chat;
 mod config;
 mod eval;
 mod fraud;
@@ -95,6 +96,19 @@ enum Command {
     },
     /// Resumes an interrupted (or stopped) thread.
     Resume(ResumeArgs),
+    /// A conversation in the terminal with a chat workflow (`tutor`): answers streamed as they
+    /// are written, quiz questions answered inline, Ctrl-C stops the answer in progress.
+    Chat {
+        /// Workflow name (`tutor`).
+        workflow: String,
+        /// The course (`networks`, `databases`, or a subject folder of your own course); needed
+        /// for a new conversation, optional to continue one.
+        #[arg(long)]
+        subject: Option<String>,
+        /// Continue this conversation (default: a new thread).
+        #[arg(long)]
+        thread: Option<String>,
+    },
     /// Lists the workflows this binary can run.
     Workflows,
     /// Prints the effective configuration (flags, FERROGRAPH_* variables, file, defaults).
@@ -560,7 +574,8 @@ async fn builtin_registry(
     let mut r = Registry::new();
     ferrograph_basics::register(&mut r, runtime, saver.clone()).await?;
     ferrograph_fraud::register(&mut r, runtime, saver.clone(), settings).await?;
-    ferrograph_triage::register(&mut r, runtime, saver, settings).await?;
+    ferrograph_triage::register(&mut r, runtime, saver.clone(), settings).await?;
+    ferrograph_tutor::register(&mut r, runtime, saver, settings).await?;
     Ok(r)
 }
 
@@ -1228,8 +1243,10 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
     let needs_models = match &cli.command {
         Command::Run {
             workflow, quiet, ..
-        } => Some((workflow.as_str() == "triage", *quiet)),
+        } => Some((matches!(workflow.as_str(), "triage" | "tutor"), *quiet)),
         Command::Resume(args) => Some((false, args.quiet)),
+        // The tutor's answers and retrieval need both default models.
+        Command::Chat { .. } => Some((true, false)),
         Command::Serve { .. } => Some((false, false)),
         _ => None,
     };
@@ -1287,6 +1304,11 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             app.execute(&info.graph, input, &args.thread, args.stream, args.quiet)
                 .await
         }
+        Command::Chat {
+            workflow,
+            subject,
+            thread,
+        } => chat::chat(&app, &workflow, subject, thread).await,
         Command::Workflows => {
             for (name, e) in app.registry.iter() {
                 print::line(format!("{name:<10} {}", e.description));

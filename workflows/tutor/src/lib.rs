@@ -54,8 +54,12 @@ pub struct TutorSettings {
     pub index_dir: PathBuf,
     /// The chat model.
     pub llm: Option<Arc<dyn ChatModel>>,
-    /// Tool rounds per turn; at the limit the model must answer.
+    /// Tool rounds per turn; at the limit the model must answer. The first round must call a
+    /// tool; later ones may (a model of 135M parameters answers better with no tools bound,
+    /// hence 1 by default).
     pub max_tool_rounds: u32,
+    /// Checks the model's tool choice against the student's words (see [`route_guard`]).
+    pub routing_guard: bool,
     /// Per search of the notes (the seed's RAG timeout).
     pub rag_timeout: Duration,
     /// Passages per search.
@@ -78,7 +82,8 @@ impl TutorSettings {
             course_dir: w.data_dir.join("tutor").join("course"),
             index_dir: w.data_dir.join("tutor").join("index"),
             llm: w.llm.clone(),
-            max_tool_rounds: 2,
+            max_tool_rounds: 1,
+            routing_guard: true,
             rag_timeout: w.tool_timeout.unwrap_or(Duration::from_secs(20)),
             rag_k: 3,
             answer_tokens: 200,
@@ -172,6 +177,39 @@ fn turn_pair(t: &[Message]) -> (Option<&Message>, Option<&Message>) {
     (q, a)
 }
 
+/// Checks the first round's tool choice against the student's words, the way seed 004's
+/// planner is checked by rules in code: a message that asks for a quiz starts one, a message
+/// about exams, grades or the schedule reads the guide, and any other message searches the
+/// notes (a quiz or the guide that nothing in the words asked for is replaced by a search).
+/// The model's arguments are kept when its choice stands. Returns the calls and, when they
+/// were changed, why.
+pub fn route_guard(question: &str, calls: Vec<ToolCall>) -> (Vec<ToolCall>, Option<String>) {
+    let chosen = calls.first().map(|c| c.name.clone()).unwrap_or_default();
+    let want = match text::intent(question) {
+        Some(text::Intent::Quiz) => GENERATE_TEST,
+        Some(text::Intent::Guide) => GET_GUIA,
+        None if chosen == RAG_SEARCH => return (calls, None),
+        None => RAG_SEARCH,
+    };
+    if chosen == want {
+        return (calls, None);
+    }
+    let args = match want {
+        GENERATE_TEST => {
+            let (topic, n) = text::quiz_request(question);
+            json!({ "topic": topic, "num_questions": n.unwrap_or(3) })
+        }
+        GET_GUIA => json!({}),
+        _ => json!({ "query": question }),
+    };
+    let why = if chosen.is_empty() {
+        format!("the model made no tool call; the words ask for {want}")
+    } else {
+        format!("the model chose {chosen}; the words ask for {want}")
+    };
+    (vec![ToolCall::new(want, args)], Some(why))
+}
+
 async fn think(
     sh: &Shared,
     s: &TutorState,
@@ -261,9 +299,11 @@ async fn think(
     }
     msgs.extend(history);
     let rounds = s.tool_rounds;
+    // Loops of the same phrase are the failure a small model falls into most.
     let mut opts = GenerateOptions::greedy()
         .max_tokens(sh.settings.answer_tokens)
-        .max_context(sh.settings.max_context);
+        .max_context(sh.settings.max_context)
+        .no_repeat_ngram(6);
     let first_round = rounds == 0 && sh.settings.max_tool_rounds > 0;
     if first_round {
         msgs.push(Message::human(format!(
@@ -286,12 +326,28 @@ async fn think(
     } else {
         TokenSink::from_context(ctx)
     };
-    let answer = llm
-        .invoke(&msgs, &opts, sink)
-        .await
-        .map_err(|e| NodeError::failed(format!("the chat model failed: {e}")))?;
-    if !answer.tool_calls.is_empty() {
-        let mut m = Message::ai_with_tools(answer.content.clone(), answer.tool_calls.clone());
+    let answer = match llm.invoke(&msgs, &opts, sink).await {
+        Ok(a) => a,
+        // A failed routing call is not the end of the turn when the guard can route.
+        Err(e) if first_round && sh.settings.routing_guard => {
+            tracing::info!(error = %e, "the routing call failed; routing by the question's words");
+            Message::ai("")
+        }
+        Err(e) => return Err(NodeError::failed(format!("the chat model failed: {e}"))),
+    };
+    let (calls, overruled) = if first_round && sh.settings.routing_guard {
+        route_guard(question, answer.tool_calls.clone())
+    } else {
+        (answer.tool_calls.clone(), None)
+    };
+    if !calls.is_empty() {
+        let mut m = Message::ai_with_tools(answer.content.clone(), calls);
+        if let Some(why) = overruled {
+            tracing::info!(reason = %why, "tool choice checked against the question");
+            m = m
+                .with_metadata("routed_by", "words")
+                .with_metadata("overruled", why);
+        }
         m.usage = answer.usage;
         ops.push(MessageOp::Upsert { message: m });
         return Ok(upd
@@ -299,16 +355,20 @@ async fn think(
             .tool_rounds(rounds + 1)
             .earlier_turns(notes));
     }
-    let (thinking, said) = if level == Difficulty::Advanced {
+    let (thinking, mut said) = if level == Difficulty::Advanced {
         split_thinking(&answer.content)
     } else {
         (None, answer.content.trim().to_string())
     };
+    if answer.finish_reason.as_deref() == Some("length") {
+        // Cut off by the token limit: end at the last full sentence.
+        said = text::whole_sentences(&said);
+    }
     let mut reply = Message::ai(said.clone());
     if let Some(why) = unusable(&said) {
         // Not something to show a student: say so, and give what the notes say.
-        tracing::warn!(reason = %why, "the model's answer was unusable; answering with the notes");
-        let notes_text: Vec<String> = s
+        tracing::info!(reason = %why, "the model's answer was unusable; answering with the notes");
+        let mut notes_text: Vec<String> = s
             .context
             .iter()
             .take(2)
@@ -320,6 +380,14 @@ async fn think(
                 )
             })
             .collect();
+        if notes_text.is_empty() {
+            // The guide, or whatever else this turn's tools returned.
+            notes_text = tool_results
+                .iter()
+                .filter(|m| m.tool_status == Some(ToolStatus::Success))
+                .map(|m| format!("- {}", clip(&m.content, 600)))
+                .collect();
+        }
         let text = if notes_text.is_empty() {
             "I could not write a good answer to that. Try asking about a topic of the course, or ask for the course guide.".to_string()
         } else {
@@ -328,7 +396,9 @@ async fn think(
                 notes_text.join("\n")
             )
         };
-        reply = Message::ai(text).with_metadata("fallback", "notes");
+        reply = Message::ai(text)
+            .with_metadata("fallback", "notes")
+            .with_metadata("rejected", why);
     }
     reply.usage = answer.usage;
     ops.push(MessageOp::Upsert { message: reply });

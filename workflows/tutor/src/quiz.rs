@@ -161,6 +161,15 @@ struct Drafted {
     answer: String,
 }
 
+/// Lowercase words of four letters or more (the words that carry meaning).
+fn content_words(s: &str) -> Vec<String> {
+    norm(s)
+        .split(' ')
+        .filter(|w| w.len() >= 4)
+        .map(str::to_string)
+        .collect()
+}
+
 fn norm(s: &str) -> String {
     s.to_lowercase()
         .chars()
@@ -207,10 +216,28 @@ fn check_draft(d: &Drafted, passage: &str, earlier: &[Question]) -> Result<Quest
     if earlier.iter().any(|q| norm(&q.text) == norm(text)) {
         return Err("the same question was already asked".into());
     }
+    if text.contains(",?") || text.contains("??") || opts.iter().any(|o| o.contains('_')) {
+        return Err("stray punctuation or identifiers".into());
+    }
+    // The question must not give its answer away.
+    let q_words = content_words(text);
+    let r_words = content_words(right);
+    let given_away = r_words.iter().filter(|w| q_words.contains(*w)).count();
+    if !r_words.is_empty() && given_away * 2 >= r_words.len() {
+        return Err(format!("the question gives away \"{right}\""));
+    }
     let evidence = sentences(passage)
         .into_iter()
         .find(|s| norm(s).contains(&norm(right)))
         .unwrap_or_default();
+    // The sentence that holds the answer must be about what the question asks.
+    let shared = content_words(&evidence)
+        .iter()
+        .filter(|w| q_words.contains(*w) && !r_words.contains(*w))
+        .count();
+    if shared == 0 {
+        return Err("the question and the sentence holding its answer share no words".into());
+    }
     let mut text = text.to_string();
     if !text.ends_with('?') {
         text.push('?');
@@ -483,6 +510,30 @@ mod tests {
             answer: "A".into(),
         };
         assert!(check_draft(&dup, p, &[]).unwrap_err().contains("same"));
+        // Seen from SmolLM2: a question that gives its answer away, and one whose answer's
+        // sentence is about something else.
+        let p2 = "- **Three-way handshake**: SYN, SYN-ACK, ACK; opens a TCP connection.\n- **TTL**: a hop counter that stops packets from looping forever.";
+        let away = Drafted {
+            question: "What is the purpose of the TCP handshake".into(),
+            options: vec![
+                "three-way handshake".into(),
+                "SYN".into(),
+                "ACK".into(),
+                "TTL".into(),
+            ],
+            answer: "A".into(),
+        };
+        assert!(check_draft(&away, p2, &[])
+            .unwrap_err()
+            .contains("gives away"));
+        let off = Drafted {
+            question: "What is the default route for TCP".into(),
+            options: vec!["TTL".into(), "SYN".into(), "ACK".into(), "UDP".into()],
+            answer: "A".into(),
+        };
+        assert!(check_draft(&off, p2, &[])
+            .unwrap_err()
+            .contains("share no words"));
     }
 
     #[test]

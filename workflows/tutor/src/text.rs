@@ -267,6 +267,119 @@ pub fn read_answer(value: &Value, options: &[String]) -> Result<char, String> {
     ))
 }
 
+/// What the student's words clearly ask for, if anything: a quiz, or the course guide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intent {
+    /// "quiz me", "test me", "ask me questions".
+    Quiz,
+    /// Exams, grading, schedule, office hours.
+    Guide,
+}
+
+const QUIZ_CUES: &[&str] = &[
+    "quiz",
+    "test me",
+    "examine me",
+    "ask me questions",
+    "ask me some questions",
+    "practice questions",
+    "multiple choice",
+    "multiple-choice",
+];
+
+const GUIDE_CUES: &[&str] = &[
+    "exam",
+    "grade",
+    "grading",
+    "assessment",
+    "office hour",
+    "schedule",
+    "syllabus",
+    "course guide",
+    "units of the course",
+    "deadline",
+    "how many weeks",
+    "reading list",
+];
+
+/// Reads the student's words for a clear request.
+pub fn intent(message: &str) -> Option<Intent> {
+    let m = message.to_lowercase();
+    if QUIZ_CUES.iter().any(|c| m.contains(c)) {
+        return Some(Intent::Quiz);
+    }
+    if GUIDE_CUES.iter().any(|c| m.contains(c)) {
+        return Some(Intent::Guide);
+    }
+    None
+}
+
+/// A quiz request's topic and number of questions, read from the words: "quiz me on TCP with
+/// 2 questions" is ("TCP", Some(2)).
+pub fn quiz_request(message: &str) -> (String, Option<u32>) {
+    let words: Vec<&str> = message.split_whitespace().collect();
+    let number = |w: &str| -> Option<u32> {
+        let w = w
+            .trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase();
+        match w.as_str() {
+            "one" | "a" => Some(1),
+            "two" | "couple" => Some(2),
+            "three" => Some(3),
+            "four" => Some(4),
+            "five" => Some(5),
+            _ => w.parse().ok(),
+        }
+    };
+    let mut n = None;
+    for (i, w) in words.iter().enumerate() {
+        let next = words
+            .get(i + 1)
+            .map(|x| x.to_lowercase())
+            .unwrap_or_default();
+        if next.starts_with("question") {
+            n = number(w);
+        }
+    }
+    let lower = message.to_lowercase();
+    let topic = [" on ", " about ", " of "]
+        .iter()
+        .filter_map(|k| lower.find(k).map(|i| i + k.len()))
+        .min()
+        .map(|start| {
+            let rest = &message[start..];
+            let end = [" with ", " using ", ",", "?", "."]
+                .iter()
+                .filter_map(|k| rest.to_lowercase().find(k))
+                .min()
+                .unwrap_or(rest.len());
+            rest[..end].trim().to_string()
+        })
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| message.trim().to_string());
+    (topic, n)
+}
+
+/// The text up to its last full sentence (all of it when no sentence ends).
+pub fn whole_sentences(s: &str) -> String {
+    let t = s.trim_end();
+    let end = t
+        .char_indices()
+        .filter(|(i, c)| {
+            matches!(c, '.' | '!' | '?')
+                && t[i + c.len_utf8()..]
+                    .chars()
+                    .next()
+                    .is_none_or(char::is_whitespace)
+        })
+        .map(|(i, c)| i + c.len_utf8())
+        .last();
+    match end {
+        Some(e) => t[..e].to_string(),
+        None => t.to_string(),
+    }
+}
+
 /// At most `n` characters of `s`, cut at a word boundary, with `…` when cut.
 pub fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
@@ -338,6 +451,39 @@ mod tests {
         assert!(read_answer(&json!("E"), &opts).is_err());
         assert!(read_answer(&json!("banana"), &opts).is_err());
         assert!(read_answer(&json!(3), &opts).is_err());
+    }
+
+    #[test]
+    fn cut_answers_end_at_a_full_sentence() {
+        assert_eq!(
+            whole_sentences("TCP is reliable. UDP is not. In other words, TCP is a"),
+            "TCP is reliable. UDP is not."
+        );
+        assert_eq!(whole_sentences("no end at all"), "no end at all");
+        assert_eq!(
+            whole_sentences("Version 1.5 is out. Next"),
+            "Version 1.5 is out."
+        );
+    }
+
+    #[test]
+    fn intents_and_quiz_requests() {
+        assert_eq!(
+            intent("Quiz me on TCP with 2 questions"),
+            Some(Intent::Quiz)
+        );
+        assert_eq!(intent("can you test me on subnets?"), Some(Intent::Quiz));
+        assert_eq!(intent("How is the exam graded?"), Some(Intent::Guide));
+        assert_eq!(intent("What is a subnet?"), None);
+        assert_eq!(
+            quiz_request("Quiz me on TCP with 2 questions"),
+            ("TCP".to_string(), Some(2))
+        );
+        assert_eq!(
+            quiz_request("give me three questions about routing tables, please"),
+            ("routing tables".to_string(), Some(3))
+        );
+        assert_eq!(quiz_request("quiz"), ("quiz".to_string(), None));
     }
 
     #[test]

@@ -130,7 +130,10 @@ fn settings(dir: &Path, llm: Arc<dyn ferrograph::chat::ChatModel>) -> TutorSetti
         llm: Some(llm),
         fallback_llm: None,
     };
-    TutorSettings::from_workflow_settings(&ws)
+    let mut s = TutorSettings::from_workflow_settings(&ws);
+    // The routes as the model picks them (the guard has a test of its own).
+    s.routing_guard = false;
+    s
 }
 
 struct Tutor {
@@ -713,4 +716,74 @@ async fn bad_turn_input_is_refused_before_anything_runs() {
         Err(e) => e.to_string(),
     };
     assert!(text.contains("no subject"), "{text}");
+}
+
+#[tokio::test]
+async fn the_routing_guard_checks_the_models_choice_against_the_words() {
+    let dir = tempfile::tempdir().unwrap();
+    // A model that always reads the guide.
+    let model = Arc::new(ScriptedModel::new("guide-only", |call| {
+        if !call.options.tools.is_empty() {
+            return Ok(Message::ai_with_tools(
+                "",
+                vec![ToolCall::new("get_guia", json!({}))],
+            ));
+        }
+        reply(call)
+    }));
+    let mut s = settings(dir.path(), model);
+    s.routing_guard = true;
+    let t = tutor(dir.path(), memory(), s).await;
+    let o = say(
+        &t,
+        "guard",
+        json!({"subject": "networks", "message": "Quiz me on routing with 2 questions"}),
+    )
+    .await;
+    let p = interrupt_value(&o);
+    assert_eq!(p["total_questions"], 2);
+    let st = state(&o);
+    let call = st
+        .messages
+        .iter()
+        .rev()
+        .find(|m| !m.tool_calls.is_empty())
+        .unwrap();
+    assert_eq!(call.tool_calls[0].name, "generate_test");
+    assert_eq!(call.tool_calls[0].args.0["topic"], "routing");
+    assert_eq!(
+        call.metadata.get("routed_by").map(String::as_str),
+        Some("words")
+    );
+    assert!(call.metadata["overruled"].contains("the model chose get_guia"));
+
+    let o = say(
+        &t,
+        "guard2",
+        json!({"subject": "networks", "message": "What is a subnet?"}),
+    )
+    .await;
+    let st = state(&o);
+    let call = st
+        .messages
+        .iter()
+        .find(|m| !m.tool_calls.is_empty())
+        .unwrap();
+    assert_eq!(call.tool_calls[0].name, "rag_search");
+    assert_eq!(call.tool_calls[0].args.0["query"], "What is a subnet?");
+    // A choice the words support stands, with the model's arguments.
+    let o = say(
+        &t,
+        "guard3",
+        json!({"subject": "networks", "message": "When are office hours?"}),
+    )
+    .await;
+    let st = state(&o);
+    let call = st
+        .messages
+        .iter()
+        .find(|m| !m.tool_calls.is_empty())
+        .unwrap();
+    assert_eq!(call.tool_calls[0].name, "get_guia");
+    assert!(call.metadata.get("routed_by").is_none());
 }
