@@ -364,22 +364,43 @@ async fn think(
         // Cut off by the token limit: end at the last full sentence.
         said = text::whole_sentences(&said);
     }
+    // What this turn's tools returned: the only sources an answer may state facts from.
+    let sources: String = tool_results
+        .iter()
+        .filter(|m| m.tool_status == Some(ToolStatus::Success))
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !sources.is_empty() {
+        said = text::drop_invented_names(&said, &sources);
+    }
+    let rejected = unusable(&said).or_else(|| {
+        (!sources.is_empty())
+            .then(|| text::unsupported(&said, &sources))
+            .flatten()
+    });
     let mut reply = Message::ai(said.clone());
-    if let Some(why) = unusable(&said) {
+    if let Some(why) = rejected {
         // Not something to show a student: say so, and give what the notes say.
         tracing::info!(reason = %why, "the model's answer was unusable; answering with the notes");
-        let mut notes_text: Vec<String> = s
-            .context
-            .iter()
-            .take(2)
-            .map(|c| {
-                format!(
-                    "- {} (from {})",
-                    clip(&c.text.replace('\n', " "), 300),
-                    c.source()
-                )
-            })
+        let mut notes_text: Vec<String> = text::relevant_lines(question, &sources, 4)
+            .into_iter()
+            .map(|l| format!("- {}", l.trim_start_matches(['-', '*', ' '])))
             .collect();
+        if notes_text.is_empty() {
+            notes_text = s
+                .context
+                .iter()
+                .take(2)
+                .map(|c| {
+                    format!(
+                        "- {} (from {})",
+                        clip(&c.text.replace('\n', " "), 300),
+                        c.source()
+                    )
+                })
+                .collect();
+        }
         if notes_text.is_empty() {
             // The guide, or whatever else this turn's tools returned.
             notes_text = tool_results
@@ -392,7 +413,7 @@ async fn think(
             "I could not write a good answer to that. Try asking about a topic of the course, or ask for the course guide.".to_string()
         } else {
             format!(
-                "I could not phrase a good answer, so here is what the course notes say:\n{}",
+                "That answer was not reliable ({why}), so here is what the course material says:\n{}",
                 notes_text.join("\n")
             )
         };

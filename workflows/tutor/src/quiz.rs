@@ -335,10 +335,23 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     let opts = GenerateOptions::greedy()
         .max_tokens(160)
         .json_schema("question", schema);
+    // Passages that name the topic first (by score within each group): retrieval also
+    // returns neighbours that are about something else.
+    // Three letters count here: TCP, UDP, DNS.
+    let topic_words: Vec<String> = norm(&s.topic)
+        .split(' ')
+        .filter(|w| w.len() >= 3)
+        .map(str::to_string)
+        .collect();
+    let mut chunks: Vec<&ContextChunk> = s.context.iter().collect();
+    chunks.sort_by_key(|c| {
+        let t = norm(&c.text);
+        !topic_words.iter().any(|w| t.contains(w.as_str()))
+    });
     let mut questions: Vec<Question> = Vec::new();
     let mut attempt = 0usize;
-    while questions.len() < n && attempt < n + s.context.len() {
-        let chunk = &s.context[attempt % s.context.len()];
+    while questions.len() < n && attempt < n + chunks.len() {
+        let chunk = chunks[attempt % chunks.len()];
         attempt += 1;
         let passage = clip(&chunk.text, 900);
         let prompt = format!(

@@ -365,19 +365,127 @@ pub fn whole_sentences(s: &str) -> String {
     let t = s.trim_end();
     let end = t
         .char_indices()
-        .filter(|(i, c)| {
+        .rev()
+        .find(|(i, c)| {
             matches!(c, '.' | '!' | '?')
                 && t[i + c.len_utf8()..]
                     .chars()
                     .next()
                     .is_none_or(char::is_whitespace)
         })
-        .map(|(i, c)| i + c.len_utf8())
-        .last();
+        .map(|(i, c)| i + c.len_utf8());
     match end {
         Some(e) => t[..e].to_string(),
         None => t.to_string(),
     }
+}
+
+const CALENDAR: &[&str] = &[
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+    "january",
+    "february",
+    "march",
+    "april",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+/// Why an answer states something its sources do not, if it does: a number (a date, a
+/// percentage, a count) or a day or month that none of the sources has. A model of 135M
+/// parameters invents exactly these ("the exam is worth 100%").
+pub fn unsupported(answer: &str, sources: &str) -> Option<String> {
+    let src = sources.to_lowercase();
+    for token in answer.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '%')) {
+        let t = token.trim_matches('.');
+        if t.chars().any(|c| c.is_ascii_digit()) {
+            let digits: String = t
+                .chars()
+                .filter(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            if !src.contains(&digits) {
+                return Some(format!("\"{t}\" is in no source"));
+            }
+        }
+        let w = t.to_lowercase();
+        if CALENDAR.contains(&w.as_str()) && !src.contains(&w) {
+            return Some(format!("\"{t}\" is in no source"));
+        }
+    }
+    None
+}
+
+/// Removes parenthesised names that the sources do not have ("UDP (Unnumbered Transfer
+/// Protocol)" when the notes say "User Datagram Protocol").
+pub fn drop_invented_names(answer: &str, sources: &str) -> String {
+    let src = norm_words(sources);
+    let mut out = String::new();
+    let mut rest = answer;
+    while let Some(open) = rest.find(" (") {
+        let Some(close) = rest[open..].find(')') else {
+            break;
+        };
+        let inner = &rest[open + 2..open + close];
+        let capitals = inner
+            .split_whitespace()
+            .filter(|w| w.chars().next().is_some_and(char::is_uppercase))
+            .count();
+        out.push_str(&rest[..open]);
+        if capitals >= 2 && !src.contains(&norm_words(inner)) {
+            // dropped
+        } else {
+            out.push_str(&rest[open..open + close + 1]);
+        }
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn norm_words(s: &str) -> String {
+    s.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `n` lines of `sources` that share the most words (of four letters or more) with
+/// `question`, in their order.
+pub fn relevant_lines(question: &str, sources: &str, n: usize) -> Vec<String> {
+    let q: std::collections::HashSet<String> = norm_words(question)
+        .split(' ')
+        .filter(|w| w.len() >= 4)
+        .map(str::to_string)
+        .collect();
+    let mut scored: Vec<(usize, usize, &str)> = sources
+        .lines()
+        .map(str::trim)
+        .enumerate()
+        // Whole lines only: not a wrapped line's continuation.
+        .filter(|(_, l)| {
+            l.split_whitespace().count() >= 3 && !l.starts_with(|c: char| c.is_lowercase())
+        })
+        .map(|(i, l)| {
+            let hits = norm_words(l).split(' ').filter(|w| q.contains(*w)).count();
+            (hits, i, l)
+        })
+        .filter(|(h, _, _)| *h > 0)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.truncate(n);
+    scored.sort_by_key(|x| x.1);
+    scored.into_iter().map(|x| x.2.to_string()).collect()
 }
 
 /// At most `n` characters of `s`, cut at a word boundary, with `…` when cut.
@@ -451,6 +559,35 @@ mod tests {
         assert!(read_answer(&json!("E"), &opts).is_err());
         assert!(read_answer(&json!("banana"), &opts).is_err());
         assert!(read_answer(&json!(3), &opts).is_err());
+    }
+
+    #[test]
+    fn invented_facts_are_caught() {
+        let guide =
+            "- Final exam: 50%. The exam is closed book.\nTuesdays and Thursdays, 14:00-16:00";
+        assert!(unsupported("The final exam is worth 100% of the grade.", guide).is_some());
+        assert!(unsupported("The final exam is on Friday.", guide).is_some());
+        assert_eq!(unsupported("The final exam is worth 50%.", guide), None);
+        assert_eq!(
+            unsupported("Office hours are on Tuesdays at 14:00.", guide),
+            None
+        );
+        let notes = "UDP (User Datagram Protocol) is connectionless.";
+        assert_eq!(
+            drop_invented_names(
+                "UDP (Unnumbered Transfer Protocol) is fast (really).",
+                notes
+            ),
+            "UDP is fast (really)."
+        );
+        assert_eq!(
+            drop_invented_names("UDP (User Datagram Protocol) is fast.", notes),
+            "UDP (User Datagram Protocol) is fast."
+        );
+        assert_eq!(
+            relevant_lines("how much is the final exam worth", "# Guide\n- Weekly quizzes: 20% of the final grade.\n- Final exam: 50%. The exam is closed book.\nOffice: B-204 on Tuesdays", 1),
+            vec!["- Final exam: 50%. The exam is closed book."]
+        );
     }
 
     #[test]

@@ -785,5 +785,5 @@ async fn the_routing_guard_checks_the_models_choice_against_the_words() {
         .find(|m| !m.tool_calls.is_empty())
         .unwrap();
     assert_eq!(call.tool_calls[0].name, "get_guia");
-    assert!(call.metadata.get("routed_by").is_none());
+    assert!(!call.metadata.contains_key("routed_by"));
 }
