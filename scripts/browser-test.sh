@@ -3,7 +3,9 @@
 # example of ferrograph-server, over a sled store in a temporary directory), then drives the
 # console in headless Chromium (tests/browser/test.mjs): start a `review` run, wait for the
 # interrupt, approve it, see the thread reach `done`. Runs twice: without a token (EventSource)
-# and against a server that requires one (the console asks for it). Screenshots go to /tmp.
+# and against a server that requires one (the console asks for it). Then the chat page
+# (tests/browser/chat.mjs) against the tutor: a streamed answer, a two-question quiz answered
+# with its buttons, a reload. Screenshots go to /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,9 +52,11 @@ start_server() {
 }
 
 export SCREENSHOT_DIR="${SCREENSHOT_DIR:-/tmp}"
-start_server open
+start_server open --tutor
 echo "== console test against $url"
 node tests/browser/test.mjs "$url"
+echo "== chat page test against $url"
+node tests/browser/chat.mjs "$url"
 
 token="browser-test-$RANDOM$RANDOM"
 start_server guarded --token "$token"

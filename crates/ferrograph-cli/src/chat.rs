@@ -288,13 +288,58 @@ async fn turn(app: &App, workflow: &str, thread: &str, input: JsonInput) -> Resu
             let answer = final_answer(&o);
             // Text that was not streamed (a quiz summary, an answer from the notes) is
             // printed whole.
-            // An answer cut back to its last full sentence was shown already.
-            if !answer.is_empty() && !squash(&streamed).starts_with(&squash(&answer)) {
+            if answer.is_empty() || squash(&streamed) == squash(&answer) {
+                return Ok(Turn::Answered);
+            }
+            let replaced = !squash(&answer)
+                .split(' ')
+                .take(8)
+                .eq(squash(&streamed).split(' ').take(8));
+            if streamed.is_empty() || replaced {
+                // Not streamed (a quiz summary), or replaced by the course material.
                 println!("tutor> {answer}");
+            } else {
+                // The same answer, checked: say what the checks took out.
+                let dropped = removed_parentheses(&streamed, &answer);
+                let mut notes = Vec::new();
+                if !dropped.is_empty() {
+                    notes.push(format!(
+                        "removed, not in the course material: {}",
+                        dropped.join(", ")
+                    ));
+                }
+                let tail: String = {
+                    let a = squash(&answer);
+                    let n = a.chars().count().saturating_sub(30);
+                    a.chars().skip(n).collect()
+                };
+                if !squash(&streamed).ends_with(&tail) {
+                    notes.push("cut at the last full sentence".to_string());
+                }
+                if !notes.is_empty() {
+                    eprintln!("({})", notes.join("; "));
+                }
             }
             Ok(Turn::Answered)
         }
     }
+}
+
+/// The `(…)` parts of `streamed` that `checked` no longer has.
+fn removed_parentheses(streamed: &str, checked: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = streamed;
+    while let Some(open) = rest.find('(') {
+        let Some(close) = rest[open..].find(')') else {
+            break;
+        };
+        let part = &rest[open..open + close + 1];
+        if !checked.contains(part) && !out.iter().any(|p| p == part) {
+            out.push(part.to_string());
+        }
+        rest = &rest[open + close + 1..];
+    }
+    out
 }
 
 fn final_answer(o: &JsonOutcome) -> String {

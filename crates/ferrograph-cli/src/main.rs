@@ -1,6 +1,7 @@
 //! The `ferrograph` command-line tool.
 
 mod backups;
+mod bench_tutor;
 mod bench_workflow;
 mod bundle;
 mod chat;
@@ -397,12 +398,13 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
-    /// A workflow end to end on a local model, with the prefix cache off and on: end-to-end
-    /// latency, latency and tokens per agent, prefix-cache savings (`triage` on the fixture
-    /// under tests/fixtures/triage by default).
+    /// A workflow end to end on a local model. `triage`: with the prefix cache off and on,
+    /// end-to-end latency, latency and tokens per agent, prefix-cache savings (on the fixture
+    /// under tests/fixtures/triage by default). `tutor`: chat turns (time to the first token,
+    /// tokens/s, whole turn) and a two-question quiz.
     Workflow {
         /// The workflow.
-        #[arg(value_parser = ["triage"])]
+        #[arg(value_parser = ["triage", "tutor"])]
         name: String,
         /// A GGUF path or a model name from models/models.toml (default: SmolLM2-135M Q4_1).
         #[arg(long)]
@@ -1123,7 +1125,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         Command::Bench {
             what:
                 BenchCommand::Workflow {
-                    name: _,
+                    name,
                     model,
                     issue,
                     repo,
@@ -1136,6 +1138,15 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 Some(m) if std::path::Path::new(&m).exists() => PathBuf::from(m),
                 Some(m) => ferrograph_llm::manifest::ensure_model(&m)?,
             };
+            if name == "tutor" {
+                let b = bench_tutor::bench_tutor(&path).await?;
+                if json {
+                    print::line(serde_json::to_string_pretty(&b)?);
+                } else {
+                    print::line(bench_tutor::summary(&b));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let issue = issue.unwrap_or_else(|| bench_workflow::fixture("issue.md"));
             let repo = repo.unwrap_or_else(|| bench_workflow::fixture("repo"));
             let docs =

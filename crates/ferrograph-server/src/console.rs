@@ -10,6 +10,8 @@ use axum::Router;
 const INDEX: &str = include_str!("console/index.html");
 const STYLE: &str = include_str!("console/console.css");
 const SCRIPT: &str = include_str!("console/console.js");
+const CHAT: &str = include_str!("console/chat.html");
+const CHAT_SCRIPT: &str = include_str!("console/chat.js");
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -17,6 +19,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console", get(index))
         .route("/console/assets/console.css", get(style))
         .route("/console/assets/console.js", get(script))
+        .route("/console/chat", get(chat))
+        .route("/console/assets/chat.js", get(chat_script))
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -50,4 +54,13 @@ async fn style() -> Response {
 
 async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// The chat page: a conversation with a chat workflow (the tutor), answers streamed.
+async fn chat() -> Response {
+    asset("text/html; charset=utf-8", CHAT)
+}
+
+async fn chat_script() -> Response {
+    asset("text/javascript; charset=utf-8", CHAT_SCRIPT)
 }

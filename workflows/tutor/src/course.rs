@@ -161,6 +161,21 @@ pub fn guide(dir: &Path, subject: &str) -> Result<String, CourseError> {
     std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))
 }
 
+/// All of a subject's material (notes and guide), for checking what an answer states.
+pub fn material(dir: &Path, subject: &str) -> String {
+    let folder = dir.join(subject);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+        .iter()
+        .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("md"))
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Makes the embedder (tests swap in a cheap one).
 pub type EmbedderFactory = Arc<dyn Fn() -> Result<Arc<dyn Embedder>, String> + Send + Sync>;
 

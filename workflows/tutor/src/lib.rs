@@ -371,12 +371,21 @@ async fn think(
         .map(|m| m.content.as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    if !sources.is_empty() {
-        said = text::drop_invented_names(&said, &sources);
+    // What the answer may state: this turn's sources and the subject's own material.
+    let allowed = if sources.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{sources}\n{}",
+            course::material(sh.course.course_dir(), &s.subject)
+        )
+    };
+    if !allowed.is_empty() {
+        said = text::drop_invented_names(&said, &allowed);
     }
     let rejected = unusable(&said).or_else(|| {
-        (!sources.is_empty())
-            .then(|| text::unsupported(&said, &sources))
+        (!allowed.is_empty())
+            .then(|| text::unsupported(&said, &allowed))
             .flatten()
     });
     let mut reply = Message::ai(said.clone());
