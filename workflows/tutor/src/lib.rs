@@ -58,7 +58,10 @@ pub struct TutorSettings {
     /// tool; later ones may (a model of 135M parameters answers better with no tools bound,
     /// hence 1 by default).
     pub max_tool_rounds: u32,
-    /// Checks the model's tool choice against the student's words (see [`route_guard`]).
+    /// Decides the first round's tool from the student's words instead of asking the model
+    /// (see [`route_by_words`]). On by default: SmolLM2-135M chose the course guide for
+    /// questions about the subject and for quiz requests alike, and its routing call cost about
+    /// a second per turn. Turn it off for a model that routes well.
     pub routing_guard: bool,
     /// Per search of the notes (the seed's RAG timeout).
     pub rag_timeout: Duration,
@@ -177,37 +180,22 @@ fn turn_pair(t: &[Message]) -> (Option<&Message>, Option<&Message>) {
     (q, a)
 }
 
-/// Checks the first round's tool choice against the student's words, the way seed 004's
-/// planner is checked by rules in code: a message that asks for a quiz starts one, a message
-/// about exams, grades or the schedule reads the guide, and any other message searches the
-/// notes (a quiz or the guide that nothing in the words asked for is replaced by a search).
-/// The model's arguments are kept when its choice stands. Returns the calls and, when they
-/// were changed, why.
-pub fn route_guard(question: &str, calls: Vec<ToolCall>) -> (Vec<ToolCall>, Option<String>) {
-    let chosen = calls.first().map(|c| c.name.clone()).unwrap_or_default();
-    let want = match text::intent(question) {
-        Some(text::Intent::Quiz) => GENERATE_TEST,
-        Some(text::Intent::Guide) => GET_GUIA,
-        None if chosen == RAG_SEARCH => return (calls, None),
-        None => RAG_SEARCH,
-    };
-    if chosen == want {
-        return (calls, None);
-    }
-    let args = match want {
-        GENERATE_TEST => {
+/// The first round's tool call decided by the student's words, without asking the model: a
+/// message that asks for a quiz starts one (topic and number of questions read from the
+/// words), one about exams, grades or the schedule reads the guide, anything else searches the
+/// notes with the message as the query. Used when [`TutorSettings::routing_guard`] is on.
+pub fn route_by_words(question: &str) -> ToolCall {
+    match text::intent(question) {
+        Some(text::Intent::Quiz) => {
             let (topic, n) = text::quiz_request(question);
-            json!({ "topic": topic, "num_questions": n.unwrap_or(3) })
+            ToolCall::new(
+                GENERATE_TEST,
+                json!({ "topic": topic, "num_questions": n.unwrap_or(3) }),
+            )
         }
-        GET_GUIA => json!({}),
-        _ => json!({ "query": question }),
-    };
-    let why = if chosen.is_empty() {
-        format!("the model made no tool call; the words ask for {want}")
-    } else {
-        format!("the model chose {chosen}; the words ask for {want}")
-    };
-    (vec![ToolCall::new(want, args)], Some(why))
+        Some(text::Intent::Guide) => ToolCall::new(GET_GUIA, json!({})),
+        None => ToolCall::new(RAG_SEARCH, json!({ "query": question })),
+    }
 }
 
 async fn think(
@@ -305,6 +293,16 @@ async fn think(
         .max_context(sh.settings.max_context)
         .no_repeat_ngram(6);
     let first_round = rounds == 0 && sh.settings.max_tool_rounds > 0;
+    if first_round && sh.settings.routing_guard {
+        // The route from the words: no model call (see `route_by_words`).
+        let m = Message::ai_with_tools("", vec![route_by_words(question)])
+            .with_metadata("routed_by", "words");
+        ops.push(MessageOp::Upsert { message: m });
+        return Ok(upd
+            .messages(MessagesUpdate(ops))
+            .tool_rounds(rounds + 1)
+            .earlier_turns(notes));
+    }
     if first_round {
         msgs.push(Message::human(format!(
             "{question}\n\n({})",
@@ -326,28 +324,12 @@ async fn think(
     } else {
         TokenSink::from_context(ctx)
     };
-    let answer = match llm.invoke(&msgs, &opts, sink).await {
-        Ok(a) => a,
-        // A failed routing call is not the end of the turn when the guard can route.
-        Err(e) if first_round && sh.settings.routing_guard => {
-            tracing::info!(error = %e, "the routing call failed; routing by the question's words");
-            Message::ai("")
-        }
-        Err(e) => return Err(NodeError::failed(format!("the chat model failed: {e}"))),
-    };
-    let (calls, overruled) = if first_round && sh.settings.routing_guard {
-        route_guard(question, answer.tool_calls.clone())
-    } else {
-        (answer.tool_calls.clone(), None)
-    };
-    if !calls.is_empty() {
-        let mut m = Message::ai_with_tools(answer.content.clone(), calls);
-        if let Some(why) = overruled {
-            tracing::info!(reason = %why, "tool choice checked against the question");
-            m = m
-                .with_metadata("routed_by", "words")
-                .with_metadata("overruled", why);
-        }
+    let answer = llm
+        .invoke(&msgs, &opts, sink)
+        .await
+        .map_err(|e| NodeError::failed(format!("the chat model failed: {e}")))?;
+    if !answer.tool_calls.is_empty() {
+        let mut m = Message::ai_with_tools(answer.content.clone(), answer.tool_calls.clone());
         m.usage = answer.usage;
         ops.push(MessageOp::Upsert { message: m });
         return Ok(upd
@@ -486,7 +468,7 @@ async fn rag_search(sh: &Shared, s: &TutorState) -> Result<TutorStateUpdate, Nod
             Ok(Ok(hits)) => {
                 let lines: Vec<String> = hits
                     .iter()
-                    .map(|h| format!("[{}] {}", h.source(), clip(&h.text, 700)))
+                    .map(|h| format!("[{}] {}", h.source(), clip(&h.text, 500)))
                     .collect();
                 for h in hits {
                     if !context.iter().any(|c| c.path == h.path && c.text == h.text) {
