@@ -417,6 +417,14 @@ async fn ask(d: &QuizDeps, s: &QuizState, ctx: &NodeContext) -> Result<QuizState
         Ok(l) => l,
         Err(why) => return Ok(QuizStateUpdate::new().invalid_answer(Some(why))),
     };
+    // Crash-test knob: wait this many milliseconds between reading the answer and grading
+    // it, so a test can kill the process there (the answer is recorded, the step is not).
+    if let Some(ms) = std::env::var("FERROGRAPH_TUTOR_GRADE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
     let correct = letter == q.answer;
     let right = q.option(q.answer);
     let verdict = if correct {
