@@ -285,16 +285,12 @@ async fn turn(app: &App, workflow: &str, thread: &str, input: JsonInput) -> Resu
             None => Turn::Answered,
         }),
         Ok(o) => {
-            let answer = final_answer(&o);
+            let (answer, replaced) = final_answer(&o);
             // Text that was not streamed (a quiz summary, an answer from the notes) is
             // printed whole.
             if answer.is_empty() || squash(&streamed) == squash(&answer) {
                 return Ok(Turn::Answered);
             }
-            let replaced = !squash(&answer)
-                .split(' ')
-                .take(8)
-                .eq(squash(&streamed).split(' ').take(8));
             if streamed.is_empty() || replaced {
                 // Not streamed (a quiz summary), or replaced by the course material.
                 println!("tutor> {answer}");
@@ -342,14 +338,18 @@ fn removed_parentheses(streamed: &str, checked: &str) -> Vec<String> {
     out
 }
 
-fn final_answer(o: &JsonOutcome) -> String {
-    o.state["messages"]
+/// The turn's answer, and whether the checks replaced the model's answer by the material.
+fn final_answer(o: &JsonOutcome) -> (String, bool) {
+    let last = o.state["messages"]
         .as_array()
         .and_then(|m| m.last())
-        .filter(|m| m["role"] == "ai")
+        .filter(|m| m["role"] == "ai");
+    let text = last
         .and_then(|m| m["content"].as_str())
         .unwrap_or("")
-        .to_string()
+        .to_string();
+    let replaced = last.is_some_and(|m| m["metadata"].get("fallback").is_some());
+    (text, replaced)
 }
 
 #[cfg(test)]

@@ -88,11 +88,11 @@ impl TutorSettings {
             max_tool_rounds: 1,
             routing_guard: true,
             rag_timeout: w.tool_timeout.unwrap_or(Duration::from_secs(20)),
-            rag_k: 3,
+            rag_k: 2,
             answer_tokens: 200,
             max_context: 2048,
             keep_chars: 6000,
-            prompt_history_chars: 1200,
+            prompt_history_chars: 600,
         }
     }
 }
@@ -468,7 +468,7 @@ async fn rag_search(sh: &Shared, s: &TutorState) -> Result<TutorStateUpdate, Nod
             Ok(Ok(hits)) => {
                 let lines: Vec<String> = hits
                     .iter()
-                    .map(|h| format!("[{}] {}", h.source(), clip(&h.text, 500)))
+                    .map(|h| format!("[{}] {}", h.source(), clip(&h.text, 450)))
                     .collect();
                 for h in hits {
                     if !context.iter().any(|c| c.path == h.path && c.text == h.text) {
