@@ -85,6 +85,7 @@ pub async fn bench_tutor(model: &Path) -> Result<TutorBench> {
         tool_timeout: None,
         llm: Some(llm),
         fallback_llm: None,
+        ..Default::default()
     };
     let settings = TutorSettings::from_workflow_settings(&ws);
     let rt = Runtime::new().await?;

@@ -25,7 +25,22 @@ pub struct FileConfig {
     pub fallback_model: Option<String>,
     /// A remote OpenAI-compatible provider.
     pub remote: Option<RemoteConfig>,
+    /// Settings of single workflows (`[workflows.tutor]`).
+    #[serde(default)]
+    pub workflows: std::collections::BTreeMap<String, WorkflowConfig>,
 }
+
+/// Settings of one workflow.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowConfig {
+    /// Its model: a name from models/models.toml, a GGUF path, `remote` (the configured
+    /// remote provider) or `none`.
+    pub model: Option<String>,
+}
+
+/// Workflows whose model `FERROGRAPH_<NAME>_MODEL` sets.
+pub const WORKFLOWS_WITH_MODELS: [&str; 3] = ["triage", "fraud", "tutor"];
 
 /// A remote OpenAI-compatible provider.
 #[derive(Debug, Clone, Deserialize)]
@@ -59,6 +74,9 @@ pub struct Config {
     pub fallback_model: Option<String>,
     /// Remote provider.
     pub remote: Option<RemoteConfig>,
+    /// Models chosen for single workflows: `FERROGRAPH_<NAME>_MODEL`, then
+    /// `[workflows.NAME] model` in the file.
+    pub workflow_models: std::collections::BTreeMap<String, String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -163,7 +181,19 @@ impl Config {
             }),
             _ => file.remote,
         };
+        let mut workflow_models = std::collections::BTreeMap::new();
+        for (name, w) in &file.workflows {
+            if let Some(m) = &w.model {
+                workflow_models.insert(name.clone(), m.clone());
+            }
+        }
+        for name in WORKFLOWS_WITH_MODELS {
+            if let Some(m) = env(&format!("FERROGRAPH_{}_MODEL", name.to_ascii_uppercase())) {
+                workflow_models.insert(name.to_string(), m);
+            }
+        }
         Ok(Config {
+            workflow_models,
             data_dir,
             max_steps,
             max_steps_set,

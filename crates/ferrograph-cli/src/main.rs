@@ -597,6 +597,29 @@ fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
                 }
             })
     };
+    // Models of single workflows: `none`, `remote` (the configured remote provider), or a
+    // local model (a manifest name or a GGUF path). One that cannot be used is an error.
+    let mut workflow_llms = std::collections::BTreeMap::new();
+    for (name, spec) in &config.workflow_models {
+        let spec = spec.trim().to_string();
+        let model = if spec.eq_ignore_ascii_case("none") {
+            None
+        } else {
+            let remote = spec.eq_ignore_ascii_case("remote");
+            let get = |n: &str| match n {
+                "FERROGRAPH_PROVIDER" => Some(if remote { "remote" } else { "local" }.to_string()),
+                "FERROGRAPH_DEFAULT_MODEL" if !remote => Some(spec.clone()),
+                _ => lookup(n),
+            };
+            let model = ferrograph_llm::Provider::from_lookup(get)
+                .and_then(|p| ferrograph_llm::chat_model_from_config(&p))
+                .with_context(|| {
+                    format!("the model configured for workflow `{name}` ({spec}) cannot be used")
+                })?;
+            Some(model)
+        };
+        workflow_llms.insert(name.clone(), model);
+    }
     let settings = |llm, fallback_llm| ferrograph::WorkflowSettings {
         data_dir: config.data_dir.clone(),
         max_steps: config
@@ -606,6 +629,7 @@ fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
         tool_timeout: config.tool_timeout,
         llm,
         fallback_llm,
+        workflow_llms: workflow_llms.clone(),
     };
     // `none` asks for no chat model: every model-driven step takes its deterministic path.
     let none = |v: Option<String>| v.is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
@@ -1340,6 +1364,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 "remote": c.remote.as_ref().map(|r| json!({
                     "base_url": r.base_url, "model": r.model, "api_key_env": r.api_key_env,
                 })),
+                "workflow_models": c.workflow_models,
             }))?);
             Ok(ExitCode::SUCCESS)
         }

@@ -108,3 +108,61 @@ fn a_quiz_killed_while_grading_continues_at_the_same_answer_in_a_new_process() {
         .unwrap();
     assert!(first.contains("A)"), "{first}");
 }
+
+#[test]
+fn a_workflow_gets_its_own_model_from_the_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ferrograph.toml"),
+        "[workflows.tutor]\nmodel = \"/nope/tutor.gguf\"\n",
+    )
+    .unwrap();
+    // A model that cannot be used is a clear error naming the workflow, before anything runs.
+    let out = run(
+        dir.path(),
+        &[
+            "run",
+            "tutor",
+            "--subject",
+            "networks",
+            "--message",
+            "What is a subnet?",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "the model configured for workflow `tutor` (/nope/tutor.gguf) cannot be used"
+        ),
+        "{}",
+        text(&out)
+    );
+    // The variable overrides the file; `none` takes the tutor's model away, and the tutor
+    // says it needs one. The other workflows keep the shared model.
+    let out = cmd(dir.path())
+        .env("FERROGRAPH_TUTOR_MODEL", "none")
+        .args(["config"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("\"tutor\": \"none\""), "{}", text(&out));
+    let out = cmd(dir.path())
+        .env("FERROGRAPH_TUTOR_MODEL", "none")
+        .args([
+            "run",
+            "tutor",
+            "--quiet",
+            "--subject",
+            "networks",
+            "--message",
+            "What is a subnet?",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("the tutor needs a chat model"),
+        "{}",
+        text(&out)
+    );
+}

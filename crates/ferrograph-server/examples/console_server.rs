@@ -166,6 +166,7 @@ async fn register_tutor(
         tool_timeout: None,
         llm: Some(Arc::new(QuotingModel)),
         fallback_llm: None,
+        ..Default::default()
     };
     let settings = ferrograph_tutor::TutorSettings::from_workflow_settings(&ws);
     let embedder: ferrograph_tutor::course::EmbedderFactory =

@@ -18,4 +18,18 @@ pub struct WorkflowSettings {
     pub llm: Option<Arc<dyn ChatModel>>,
     /// A second model to fall back to once the first one's retries are exhausted.
     pub fallback_llm: Option<Arc<dyn ChatModel>>,
+    /// Models configured for one workflow (`[workflows.NAME] model = ...` in the config file,
+    /// or `FERROGRAPH_<NAME>_MODEL`), by workflow name; `None` there means no model for that
+    /// workflow. A workflow not listed uses [`WorkflowSettings::llm`].
+    pub workflow_llms: std::collections::BTreeMap<String, Option<Arc<dyn ChatModel>>>,
+}
+
+impl WorkflowSettings {
+    /// The model of `workflow`: its own when one is configured, else the shared one.
+    pub fn llm_for(&self, workflow: &str) -> Option<Arc<dyn ChatModel>> {
+        match self.workflow_llms.get(workflow) {
+            Some(m) => m.clone(),
+            None => self.llm.clone(),
+        }
+    }
 }

@@ -83,11 +83,11 @@ impl FraudSettings {
                 .tool_timeout
                 .unwrap_or(Duration::from_secs_f64(d.tool_timeout_seconds)),
             planner_timeout: Duration::from_secs_f64(d.planner_timeout_seconds),
-            llm: w.llm.clone(),
+            llm: w.llm_for("fraud"),
             llm_options: GenerateOptions::greedy().max_tokens(96).max_context(1536),
             flags: FeatureFlags {
-                planner_llm_enabled: w.llm.is_some(),
-                reasoning_llm_enabled: w.llm.is_some(),
+                planner_llm_enabled: w.llm_for("fraud").is_some(),
+                reasoning_llm_enabled: w.llm_for("fraud").is_some(),
                 ..FeatureFlags::default()
             },
         }

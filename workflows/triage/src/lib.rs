@@ -93,8 +93,7 @@ impl TriageSettings {
         TriageSettings {
             data_dir: w.data_dir.clone(),
             llm: w
-                .llm
-                .clone()
+                .llm_for("triage")
                 .map(|m| llm::AgentLlm::new(m, w.fallback_llm.clone())),
             max_iterations: w.max_steps.unwrap_or(12),
             max_rounds: 2,

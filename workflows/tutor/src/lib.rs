@@ -84,7 +84,7 @@ impl TutorSettings {
         TutorSettings {
             course_dir: w.data_dir.join("tutor").join("course"),
             index_dir: w.data_dir.join("tutor").join("index"),
-            llm: w.llm.clone(),
+            llm: w.llm_for("tutor"),
             max_tool_rounds: 1,
             routing_guard: true,
             rag_timeout: w.tool_timeout.unwrap_or(Duration::from_secs(20)),

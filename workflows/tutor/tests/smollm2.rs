@@ -53,6 +53,7 @@ async fn a_chat_turn_and_a_two_question_quiz_on_the_real_models() {
         tool_timeout: None,
         llm: Some(llm),
         fallback_llm: None,
+        ..Default::default()
     };
     let settings = TutorSettings::from_workflow_settings(&ws);
     let rt = Runtime::new().await.unwrap();

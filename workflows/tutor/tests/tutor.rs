@@ -129,6 +129,7 @@ fn settings(dir: &Path, llm: Arc<dyn ferrograph::chat::ChatModel>) -> TutorSetti
         tool_timeout: None,
         llm: Some(llm),
         fallback_llm: None,
+        ..Default::default()
     };
     let mut s = TutorSettings::from_workflow_settings(&ws);
     // The routes as the model picks them (the guard has a test of its own).
