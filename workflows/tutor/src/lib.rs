@@ -376,7 +376,12 @@ async fn think(
         tracing::info!(reason = %why, "the model's answer was unusable; answering with the notes");
         let mut notes_text: Vec<String> = text::relevant_lines(question, &sources, 4)
             .into_iter()
-            .map(|l| format!("- {}", l.trim_start_matches(['-', '*', ' '])))
+            .map(|l| {
+                format!(
+                    "- {}",
+                    l.trim_start_matches(['-', '*', ' ']).replace("**", "")
+                )
+            })
             .collect();
         if notes_text.is_empty() {
             notes_text = s
@@ -386,7 +391,7 @@ async fn think(
                 .map(|c| {
                     format!(
                         "- {} (from {})",
-                        clip(&c.text.replace('\n', " "), 300),
+                        clip(&c.text.replace('\n', " ").replace("**", ""), 300),
                         c.source()
                     )
                 })
