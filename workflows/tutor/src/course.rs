@@ -194,6 +194,8 @@ pub struct CourseIndex {
     index_dir: PathBuf,
     make_embedder: EmbedderFactory,
     retriever: tokio::sync::OnceCell<Arc<Retriever>>,
+    /// Each subject's material, read once per process like the index.
+    material: std::sync::Mutex<BTreeMap<String, Arc<str>>>,
 }
 
 impl CourseIndex {
@@ -204,12 +206,25 @@ impl CourseIndex {
             index_dir,
             make_embedder,
             retriever: tokio::sync::OnceCell::new(),
+            material: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
     /// The course folder.
     pub fn course_dir(&self) -> &Path {
         &self.course_dir
+    }
+
+    /// All of `subject`'s material (see [`material`]), read the first time it is asked for.
+    pub fn material(&self, subject: &str) -> Arc<str> {
+        let mut cache = self
+            .material
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache
+            .entry(subject.to_string())
+            .or_insert_with(|| material(&self.course_dir, subject).into())
+            .clone()
     }
 
     /// The retriever, building or refreshing the index the first time.

@@ -244,6 +244,19 @@ async fn think(
         }
     }
 
+    let rounds = s.tool_rounds;
+    let first_round = rounds == 0 && sh.settings.max_tool_rounds > 0;
+    if first_round && sh.settings.routing_guard {
+        // The route from the words: no model call and no prompt (see `route_by_words`).
+        let m = Message::ai_with_tools("", vec![route_by_words(question)])
+            .with_metadata("routed_by", "words");
+        ops.push(MessageOp::Upsert { message: m });
+        return Ok(upd
+            .messages(MessagesUpdate(ops))
+            .tool_rounds(rounds + 1)
+            .earlier_turns(notes));
+    }
+
     // The prompt: the level's system prompt, what earlier turns were about, the notes found
     // in this turn, the last turns that fit, and the question.
     let mut system = prompts::system(level, &s.subject);
@@ -286,23 +299,11 @@ async fn think(
         history.insert(0, Message::human(q.content.clone()));
     }
     msgs.extend(history);
-    let rounds = s.tool_rounds;
     // Loops of the same phrase are the failure a small model falls into most.
     let mut opts = GenerateOptions::greedy()
         .max_tokens(sh.settings.answer_tokens)
         .max_context(sh.settings.max_context)
         .no_repeat_ngram(6);
-    let first_round = rounds == 0 && sh.settings.max_tool_rounds > 0;
-    if first_round && sh.settings.routing_guard {
-        // The route from the words: no model call (see `route_by_words`).
-        let m = Message::ai_with_tools("", vec![route_by_words(question)])
-            .with_metadata("routed_by", "words");
-        ops.push(MessageOp::Upsert { message: m });
-        return Ok(upd
-            .messages(MessagesUpdate(ops))
-            .tool_rounds(rounds + 1)
-            .earlier_turns(notes));
-    }
     if first_round {
         msgs.push(Message::human(format!(
             "{question}\n\n({})",
@@ -357,10 +358,7 @@ async fn think(
     let allowed = if sources.is_empty() {
         String::new()
     } else {
-        format!(
-            "{sources}\n{}",
-            course::material(sh.course.course_dir(), &s.subject)
-        )
+        format!("{sources}\n{}", sh.course.material(&s.subject))
     };
     if !allowed.is_empty() {
         said = text::drop_invented_names(&said, &allowed);

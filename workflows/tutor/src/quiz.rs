@@ -170,15 +170,7 @@ fn content_words(s: &str) -> Vec<String> {
         .collect()
 }
 
-fn norm(s: &str) -> String {
-    s.to_lowercase()
-        .chars()
-        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
-        .collect::<String>()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+use crate::text::norm_words as norm;
 
 /// Checks a drafted question against its passage; the reason when it is rejected.
 fn check_draft(d: &Drafted, passage: &str, earlier: &[Question]) -> Result<Question, String> {
@@ -264,14 +256,16 @@ fn question_from_notes(
         .iter()
         .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
         .collect();
+    let chunk_sentences = sentences(&chunk.text);
     for term in bold_terms(&chunk.text) {
         if used.contains(&norm(&term)) {
             continue;
         }
-        let Some(sentence) = sentences(&chunk.text)
-            .into_iter()
+        let Some(sentence) = chunk_sentences
+            .iter()
             .filter(|s| s.contains(&term) && s.split_whitespace().count() >= 6)
             .max_by_key(|s| usize::from(s.starts_with(&term)))
+            .cloned()
         else {
             continue;
         };

@@ -452,7 +452,9 @@ pub fn drop_invented_names(answer: &str, sources: &str) -> String {
     out
 }
 
-fn norm_words(s: &str) -> String {
+/// Lowercase words joined by single spaces, punctuation dropped: the form texts are compared
+/// in.
+pub fn norm_words(s: &str) -> String {
     s.to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
