@@ -10,6 +10,7 @@ use axum::Router;
 const INDEX: &str = include_str!("console/index.html");
 const STYLE: &str = include_str!("console/console.css");
 const SCRIPT: &str = include_str!("console/console.js");
+const SSE_SCRIPT: &str = include_str!("console/sse.js");
 const CHAT: &str = include_str!("console/chat.html");
 const CHAT_SCRIPT: &str = include_str!("console/chat.js");
 
@@ -19,6 +20,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console", get(index))
         .route("/console/assets/console.css", get(style))
         .route("/console/assets/console.js", get(script))
+        .route("/console/assets/sse.js", get(sse_script))
         .route("/console/chat", get(chat))
         .route("/console/assets/chat.js", get(chat_script))
 }
@@ -59,6 +61,11 @@ async fn script() -> Response {
 /// The chat page: a conversation with a chat workflow (the tutor), answers streamed.
 async fn chat() -> Response {
     asset("text/html; charset=utf-8", CHAT)
+}
+
+/// The Server-Sent Events reader both pages share.
+async fn sse_script() -> Response {
+    asset("text/javascript; charset=utf-8", SSE_SCRIPT)
 }
 
 async fn chat_script() -> Response {

@@ -78,26 +78,11 @@ async function streamRun(body, onEvent) {
     try { const d = await resp.json(); msg = d.error.message; } catch (_) { /* keep the status text */ }
     throw new Error(msg);
   }
-  const reader = resp.body.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i); buf = buf.slice(i + 2);
-      let kind = "message"; const data = [];
-      for (const line of block.split("\n")) {
-        if (line.startsWith("event:")) kind = line.slice(6).trim();
-        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-      }
-      let parsed = null;
-      try { parsed = JSON.parse(data.join("\n")); } catch (_) { parsed = data.join("\n"); }
-      onEvent(kind, parsed);
-    }
-  }
+  await readSse(resp, (kind, text) => {
+    let parsed = null;
+    try { parsed = JSON.parse(text); } catch (_) { parsed = text; }
+    onEvent(kind, parsed);
+  });
 }
 
 function lastAnswer(values) {

@@ -334,24 +334,7 @@ function openEvents(id) {
       const resp = await fetch(url, { headers: headers(false), signal: ctl.signal });
       if (!resp.ok) { $("ev-state").textContent = "events: HTTP " + resp.status; return; }
       $("ev-state").textContent = "live";
-      const reader = resp.body.getReader();
-      const dec = new TextDecoder();
-      let buf = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += dec.decode(value, { stream: true });
-        let i;
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const block = buf.slice(0, i); buf = buf.slice(i + 2);
-          let kind = "message"; const data = [];
-          for (const line of block.split("\n")) {
-            if (line.startsWith("event:")) kind = line.slice(6).trim();
-            else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-          }
-          if (data.length) addEvent(kind, data.join("\n"));
-        }
-      }
+      await readSse(resp, addEvent);
       $("ev-state").textContent = "closed";
     } catch (e) { if (e.name !== "AbortError") $("ev-state").textContent = "events: " + e.message; }
   })();
