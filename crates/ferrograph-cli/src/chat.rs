@@ -76,10 +76,6 @@ impl ThinkingFilter {
     }
 }
 
-fn squash(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// Prints a quiz question (and the feedback on the previous answer).
 fn show_question(payload: &Value) {
     if let Some(f) = payload["feedback"].as_str() {
@@ -285,31 +281,21 @@ async fn turn(app: &App, workflow: &str, thread: &str, input: JsonInput) -> Resu
             None => Turn::Answered,
         }),
         Ok(o) => {
-            let (answer, replaced) = final_answer(&o);
-            // Text that was not streamed (a quiz summary, an answer from the notes) is
-            // printed whole.
-            if answer.is_empty() || squash(&streamed) == squash(&answer) {
+            let Some(last) = final_answer(&o) else {
                 return Ok(Turn::Answered);
-            }
-            if streamed.is_empty() || replaced {
-                // Not streamed (a quiz summary), or replaced by the course material.
+            };
+            let answer = last["content"].as_str().unwrap_or("");
+            let meta = &last["metadata"];
+            if meta.get("fallback").is_some() || streamed.is_empty() {
+                // Replaced by the course material, or not streamed (a quiz summary).
                 println!("tutor> {answer}");
             } else {
-                // The same answer, checked: say what the checks took out.
-                let dropped = removed_parentheses(&streamed, &answer);
+                // The streamed answer, checked: say what the checks took out.
                 let mut notes = Vec::new();
-                if !dropped.is_empty() {
-                    notes.push(format!(
-                        "removed, not in the course material: {}",
-                        dropped.join(", ")
-                    ));
+                if let Some(removed) = meta["removed"].as_str() {
+                    notes.push(format!("removed, not in the course material: {removed}"));
                 }
-                let tail: String = {
-                    let a = squash(&answer);
-                    let n = a.chars().count().saturating_sub(30);
-                    a.chars().skip(n).collect()
-                };
-                if !squash(&streamed).ends_with(&tail) {
+                if meta.get("cut").is_some() {
                     notes.push("cut at the last full sentence".to_string());
                 }
                 if !notes.is_empty() {
@@ -321,35 +307,12 @@ async fn turn(app: &App, workflow: &str, thread: &str, input: JsonInput) -> Resu
     }
 }
 
-/// The `(…)` parts of `streamed` that `checked` no longer has.
-fn removed_parentheses(streamed: &str, checked: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = streamed;
-    while let Some(open) = rest.find('(') {
-        let Some(close) = rest[open..].find(')') else {
-            break;
-        };
-        let part = &rest[open..open + close + 1];
-        if !checked.contains(part) && !out.iter().any(|p| p == part) {
-            out.push(part.to_string());
-        }
-        rest = &rest[open + close + 1..];
-    }
-    out
-}
-
-/// The turn's answer, and whether the checks replaced the model's answer by the material.
-fn final_answer(o: &JsonOutcome) -> (String, bool) {
-    let last = o.state["messages"]
+/// The turn's answer (its last message, when the AI wrote it).
+fn final_answer(o: &JsonOutcome) -> Option<&Value> {
+    o.state["messages"]
         .as_array()
         .and_then(|m| m.last())
-        .filter(|m| m["role"] == "ai");
-    let text = last
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_string();
-    let replaced = last.is_some_and(|m| m["metadata"].get("fallback").is_some());
-    (text, replaced)
+        .filter(|m| m["role"] == "ai")
 }
 
 #[cfg(test)]

@@ -343,9 +343,15 @@ async fn think(
     } else {
         (None, answer.content.trim().to_string())
     };
+    // What the checks change is recorded on the message, for whoever shows it.
+    let mut edits: Vec<(&str, String)> = Vec::new();
     if answer.finish_reason.as_deref() == Some("length") {
         // Cut off by the token limit: end at the last full sentence.
-        said = text::whole_sentences(&said);
+        let whole = text::whole_sentences(&said);
+        if whole != said {
+            edits.push(("cut", "last full sentence".into()));
+        }
+        said = whole;
     }
     // What this turn's tools returned: the only sources an answer may state facts from.
     let sources: String = tool_results
@@ -361,7 +367,11 @@ async fn think(
         format!("{sources}\n{}", sh.course.material(&s.subject))
     };
     if !allowed.is_empty() {
-        said = text::drop_invented_names(&said, &allowed);
+        let (kept, dropped) = text::split_invented_names(&said, &allowed);
+        if !dropped.is_empty() {
+            edits.push(("removed", dropped.join(", ")));
+        }
+        said = kept;
     }
     let rejected = unusable(&said).or_else(|| {
         (!allowed.is_empty())
@@ -369,6 +379,9 @@ async fn think(
             .flatten()
     });
     let mut reply = Message::ai(said.clone());
+    for (key, value) in edits {
+        reply = reply.with_metadata(key, value);
+    }
     if let Some(why) = rejected {
         // Not something to show a student: say so, and give what the notes say.
         tracing::info!(reason = %why, "the model's answer was unusable; answering with the notes");

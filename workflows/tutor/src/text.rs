@@ -428,7 +428,13 @@ pub fn unsupported(answer: &str, sources: &str) -> Option<String> {
 /// Removes parenthesised names that the sources do not have ("UDP (Unnumbered Transfer
 /// Protocol)" when the notes say "User Datagram Protocol").
 pub fn drop_invented_names(answer: &str, sources: &str) -> String {
+    split_invented_names(answer, sources).0
+}
+
+/// [`drop_invented_names`], with the parenthesised names it removed.
+pub fn split_invented_names(answer: &str, sources: &str) -> (String, Vec<String>) {
     let src = norm_words(sources);
+    let mut dropped = Vec::new();
     let mut out = String::new();
     let mut rest = answer;
     while let Some(open) = rest.find(" (") {
@@ -442,14 +448,17 @@ pub fn drop_invented_names(answer: &str, sources: &str) -> String {
             .count();
         out.push_str(&rest[..open]);
         if capitals >= 2 && !src.contains(&norm_words(inner)) {
-            // dropped
+            let name = format!("({inner})");
+            if !dropped.contains(&name) {
+                dropped.push(name);
+            }
         } else {
             out.push_str(&rest[open..open + close + 1]);
         }
         rest = &rest[open + close + 1..];
     }
     out.push_str(rest);
-    out
+    (out, dropped)
 }
 
 /// Lowercase words joined by single spaces, punctuation dropped: the form texts are compared
