@@ -375,7 +375,9 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     }
     if questions.len() < n {
         return Err(NodeError::fatal(format!(
-            "could write only {} of {n} questions about \"{}\" from the notes of `{}`",
+            "could write only {} of {n} questions about \"{}\" from the notes of `{}`: the model's \
+             questions failed the checks, and questions built from the notes need terms the notes \
+             define in **bold**; ask for fewer questions or a topic the notes define terms for",
             questions.len(),
             s.topic,
             s.subject
