@@ -7,6 +7,7 @@ mod bundle;
 mod chat;
 mod config;
 mod eval;
+mod eval_tutor;
 mod fraud;
 mod index;
 mod print;
@@ -222,6 +223,25 @@ enum EvalCommand {
         only: Vec<String>,
         /// Output folder: results.json, summary.md and one SVG plot per measure.
         #[arg(long, default_value = "eval-report")]
+        out: PathBuf,
+        /// No download progress bars.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// The tutor on material we did not write: public crates' READMEs (downloaded from
+    /// crates.io) as one subject; per crate "What is NAME?" and a two-question quiz, judged.
+    Tutor {
+        /// The crate list (see tests/eval/tutor-crates.toml).
+        #[arg(long, default_value = "tests/eval/tutor-crates.toml")]
+        crates: PathBuf,
+        /// The chat model: a manifest name or a GGUF path.
+        #[arg(long, default_value = ferrograph_llm::manifest::DEFAULT_CHAT_MODEL)]
+        model: String,
+        /// Only this crate (repeatable).
+        #[arg(long = "crate")]
+        only: Vec<String>,
+        /// Output folder: results.json and summary.md.
+        #[arg(long, default_value = "eval-tutor")]
         out: PathBuf,
         /// No download progress bars.
         #[arg(long, short)]
@@ -1262,6 +1282,26 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 cases,
                 models,
                 smoke,
+                only,
+                out,
+                quiet,
+            })
+            .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Eval {
+            what:
+                EvalCommand::Tutor {
+                    crates,
+                    model,
+                    only,
+                    out,
+                    quiet,
+                },
+        } => {
+            eval_tutor::run(&eval_tutor::TutorEvalOptions {
+                crates,
+                model,
                 only,
                 out,
                 quiet,

@@ -158,7 +158,14 @@ pub fn guide(dir: &Path, subject: &str) -> Result<String, CourseError> {
     if !path.is_file() {
         return Err(CourseError::NoGuide(subject.to_string()));
     }
-    std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))
+    read_notes(&path)
+}
+
+/// A file of notes as the tutor uses it: its Markdown made readable ([`crate::clean`]).
+pub fn read_notes(path: &Path) -> Result<String, CourseError> {
+    std::fs::read_to_string(path)
+        .map(|t| crate::clean::readable(&t))
+        .map_err(io(format!("reading {}", path.display())))
 }
 
 /// All of a subject's material (notes and guide), for checking what an answer states.
@@ -171,7 +178,7 @@ pub fn material(dir: &Path, subject: &str) -> String {
     files
         .iter()
         .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("md"))
-        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|p| read_notes(p).ok())
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -266,6 +273,70 @@ impl CourseIndex {
     }
 }
 
+impl CourseIndex {
+    /// The opening of the note of `subject` named after `name` (`sled` → `sled.md`; case,
+    /// `-` and `_` ignored): its first heading and the text up to the next heading, at most
+    /// `max_chars`. A README begins by saying what its subject is, and a question like "What
+    /// is sled?" is answered there, while a search for the name alone often lands on the
+    /// passages that repeat it most (thanks, links, related projects).
+    pub fn lead(&self, subject: &str, name: &str, max_chars: usize) -> Option<ContextChunk> {
+        let key = |s: &str| s.to_lowercase().replace(['-', '_', ' '], "");
+        let want = key(name);
+        if want.is_empty() {
+            return None;
+        }
+        let folder = self.course_dir.join(subject);
+        let path = std::fs::read_dir(&folder)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.extension().and_then(|x| x.to_str()) == Some("md")
+                    && p.file_stem().and_then(|s| s.to_str()).map(key) == Some(want.clone())
+            })?;
+        let text = read_notes(&path).ok()?;
+        let mut heading = String::new();
+        let mut body = String::new();
+        let mut in_code = false;
+        // Text before the first heading is a web page's banner (taglines, links): the
+        // lead starts at the first heading and ends at the next one or at code.
+        for line in text.lines() {
+            if let Some(h) = line.strip_prefix('#') {
+                if !heading.is_empty() && !body.trim().is_empty() {
+                    break;
+                }
+                if heading.is_empty() {
+                    heading = h.trim_start_matches('#').trim().to_string();
+                    body.clear();
+                }
+                continue;
+            }
+            if line.starts_with("```") {
+                if !body.trim().is_empty() {
+                    break;
+                }
+                in_code = !in_code;
+                continue;
+            }
+            if in_code {
+                continue;
+            }
+            body.push_str(line);
+            body.push('\n');
+        }
+        let body = body.trim();
+        if body.is_empty() {
+            return None;
+        }
+        Some(ContextChunk {
+            path: format!("{subject}/{}", path.file_name()?.to_str()?),
+            heading,
+            text: crate::text::clip(body, max_chars),
+            score: 1.0,
+        })
+    }
+}
+
 /// Opens (or creates) the index and re-embeds the files that changed since it was written;
 /// files that are gone are removed from it.
 fn open_index(
@@ -298,8 +369,7 @@ fn open_index(
     }
     let mut updates = Vec::new();
     for (rel, (subject, path)) in &present {
-        let text =
-            std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+        let text = read_notes(path)?;
         let hash = content_hash(&text);
         if index.document_hash(rel)?.as_deref() == Some(hash.as_str()) {
             continue;
@@ -339,4 +409,31 @@ fn open_index(
         index.save()?;
     }
     Ok(Arc::new(Retriever::new(index, embedder)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_named_after_the_question_gives_its_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let course = dir.path().join("course");
+        std::fs::create_dir_all(course.join("crates")).unwrap();
+        std::fs::write(
+            course.join("crates/dash-map.md"),
+            "<p>buy us a coffee to keep going</p>\n\n# DashMap\n\n```rust\nlet m = 1;\n```\n\nBlazingly fast concurrent map in Rust.\n\nDashMap is an implementation of a concurrent hashmap.\n\n## Usage\n\nAdd it.\n",
+        )
+        .unwrap();
+        let idx = CourseIndex::new(course, dir.path().join("index"), minilm());
+        let lead = idx.lead("crates", "Dash_Map", 450).unwrap();
+        assert_eq!(lead.path, "crates/dash-map.md");
+        assert_eq!(lead.heading, "DashMap");
+        assert_eq!(
+            lead.text,
+            "Blazingly fast concurrent map in Rust.\n\nDashMap is an implementation of a concurrent hashmap."
+        );
+        assert!(idx.lead("crates", "tokio", 450).is_none());
+        assert!(idx.lead("nothing", "dashmap", 450).is_none());
+    }
 }

@@ -24,6 +24,7 @@
 //!   [`TutorSettings::keep_chars`], the oldest turns are removed with the message-removal rule
 //!   and a one-line note of each is kept in `earlier_turns`, which the prompt carries.
 
+pub mod clean;
 pub mod course;
 pub mod prompts;
 pub mod quiz;
@@ -353,6 +354,12 @@ async fn think(
         }
         said = whole;
     }
+    // A loop or a garbled sentence ends the answer there, when what comes before stands.
+    let (before, degenerated) = text::before_degenerate(&said);
+    if degenerated && unusable(&before).is_none() {
+        edits.push(("cut", "where it started repeating itself".into()));
+        said = before;
+    }
     // What this turn's tools returned: the only sources an answer may state facts from.
     let sources: String = tool_results
         .iter()
@@ -375,7 +382,10 @@ async fn think(
     }
     let rejected = unusable(&said).or_else(|| {
         (!allowed.is_empty())
-            .then(|| text::unsupported(&said, &allowed))
+            .then(|| {
+                text::unsupported(&said, &allowed)
+                    .or_else(|| text::invented_identifier(&said, &allowed))
+            })
             .flatten()
     });
     let mut reply = Message::ai(said.clone());
@@ -385,6 +395,17 @@ async fn think(
     if let Some(why) = rejected {
         // Not something to show a student: say so, and give what the notes say.
         tracing::info!(reason = %why, "the model's answer was unusable; answering with the notes");
+        // A definition asked of a note's subject: the note's own opening sentences.
+        let lead: Vec<String> = text::defined_name(question)
+            .and_then(|name| sh.course.lead(&s.subject, &name, 450))
+            .map(|c| {
+                text::sentences(&c.text)
+                    .into_iter()
+                    .take(2)
+                    .map(|l| format!("- {l} (from {})", c.source()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut notes_text: Vec<String> = text::relevant_lines(question, &sources, 4)
             .into_iter()
             .map(|l| {
@@ -394,6 +415,9 @@ async fn think(
                 )
             })
             .collect();
+        if !lead.is_empty() {
+            notes_text = lead;
+        }
         if notes_text.is_empty() {
             notes_text = s
                 .context
@@ -468,7 +492,24 @@ async fn rag_search(sh: &Shared, s: &TutorState) -> Result<TutorStateUpdate, Nod
             continue;
         }
         let limit = sh.settings.rag_timeout;
-        let msg = match tokio::time::timeout(limit, sh.course.search(&s.subject, &query, sh.settings.rag_k)).await {
+        // "What is X?" where a note is named X: that note's opening comes first.
+        let lead =
+            text::defined_name(question).and_then(|name| sh.course.lead(&s.subject, &name, 450));
+        let found = tokio::time::timeout(
+            limit,
+            sh.course.search(&s.subject, &query, sh.settings.rag_k),
+        )
+        .await
+        .map(|r| {
+            r.map(|mut hits| {
+                if let Some(l) = &lead {
+                    hits.retain(|h| h.text.trim() != l.text.trim());
+                    hits.insert(0, l.clone());
+                }
+                hits
+            })
+        });
+        let msg = match found {
             Err(_) => Message::tool(
                 tc,
                 ToolStatus::Timeout,

@@ -23,7 +23,7 @@
 
 use crate::course::CourseIndex;
 use crate::state::{ContextChunk, GradedAnswer, Question, QuizState, QuizStateUpdate};
-use crate::text::{bold_terms, clip, read_answer, sentences, unusable};
+use crate::text::{clip, key_terms, read_answer, sentences, unusable};
 use ferrograph::chat::{ChatModel, GenerateOptions};
 use ferrograph::core::Message;
 use ferrograph::prelude::*;
@@ -145,6 +145,11 @@ async fn retrieve(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeEr
         }
     }
     found.sort_by(|a, b| b.score.total_cmp(&a.score));
+    // A note named after the topic: its opening first.
+    if let Some(l) = d.course.lead(&s.subject, &s.topic, 900) {
+        found.retain(|h| h.text.trim() != l.text.trim());
+        found.insert(0, l);
+    }
     if found.is_empty() {
         return Err(NodeError::fatal(format!(
             "the notes of `{}` are empty: there is nothing to ask about",
@@ -244,6 +249,88 @@ fn check_draft(d: &Drafted, passage: &str, earlier: &[Question]) -> Result<Quest
     })
 }
 
+/// Sections and sentences about the project rather than the subject (thanks, sponsors,
+/// contributing, licences, where to get help): nothing to quiz a student on.
+fn about_the_project(text: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "thank",
+        "sponsor",
+        "contribut",
+        "licens",
+        "licenc",
+        "donat",
+        "acknowledg",
+        "code of conduct",
+        "help wanted",
+        "pull request",
+        "getting help",
+        "discord",
+        "gitter",
+        "twitter",
+        "mailing list",
+        "changelog",
+        "msrv",
+        "rust version",
+        "semver",
+        "maintainer",
+        "funding",
+        "coffee",
+    ];
+    let t = text.to_lowercase();
+    MARKS.iter().any(|m| t.contains(m))
+        || t.split_whitespace()
+            .any(|w| w.len() > 2 && w.starts_with(':') && w.ends_with(':'))
+}
+
+/// A section heading of the same kind (also support, community, related projects).
+fn project_section(heading: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "support",
+        "chat",
+        "community",
+        "help",
+        "related",
+        "see also",
+        "resources",
+        "faq",
+        "credits",
+        "authors",
+        "status",
+        "badges",
+    ];
+    let h = heading.to_lowercase();
+    about_the_project(&h) || MARKS.iter().any(|m| h.contains(m))
+}
+
+/// `sentence` with the first whole-word occurrence of `term` blanked out (inside backticks
+/// too), if it has one.
+fn blank_whole(sentence: &str, term: &str) -> Option<String> {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let mut from = 0;
+    while let Some(i) = sentence[from..].find(term) {
+        let at = from + i;
+        let before = sentence[..at].chars().next_back();
+        let after = sentence[at + term.len()..].chars().next();
+        if !word(before) && !word(after) {
+            return Some(format!(
+                "{}_____{}",
+                &sentence[..at],
+                &sentence[at + term.len()..]
+            ));
+        }
+        from = at + term.len();
+    }
+    None
+}
+
+/// Whether a sentence can carry a question: long enough, a statement, about the subject.
+fn askable(sentence: &str, min_words: usize) -> bool {
+    sentence.split_whitespace().count() >= min_words
+        && !sentence.ends_with(':')
+        && !sentence.ends_with('?')
+        && !about_the_project(sentence)
+}
+
 /// A question built from a term the notes define: the defining sentence with the term blanked
 /// out; the other options are other terms of the same notes.
 fn question_from_notes(
@@ -257,15 +344,15 @@ fn question_from_notes(
         .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
         .collect();
     let chunk_sentences = sentences(&chunk.text);
-    for term in bold_terms(&chunk.text) {
+    for term in key_terms(&chunk.text) {
         if used.contains(&norm(&term)) {
             continue;
         }
-        let Some(sentence) = chunk_sentences
+        let Some((sentence, blanked)) = chunk_sentences
             .iter()
-            .filter(|s| s.contains(&term) && s.split_whitespace().count() >= 6)
-            .max_by_key(|s| usize::from(s.starts_with(&term)))
-            .cloned()
+            .filter(|s| askable(s, 6))
+            .filter_map(|s| blank_whole(s, &term).map(|b| (s.clone(), b)))
+            .max_by_key(|(s, _)| usize::from(s.starts_with(&term)))
         else {
             continue;
         };
@@ -279,7 +366,6 @@ fn question_from_notes(
             continue;
         }
         distractors.rotate_left((salt * 7 + term.len()) % n);
-        let blanked = sentence.replacen(&term, "_____", 1);
         let position = (salt + term.len()) % 4;
         let mut options: Vec<String> = distractors.into_iter().take(3).cloned().collect();
         options.insert(position, term.clone());
@@ -295,11 +381,147 @@ fn question_from_notes(
     None
 }
 
+/// Long words too common in any English text to test anything.
+const PLAIN_WORDS: &[&str] = &[
+    "because",
+    "should",
+    "without",
+    "another",
+    "through",
+    "between",
+    "before",
+    "always",
+    "instead",
+    "rather",
+    "things",
+    "little",
+    "people",
+    "really",
+    "something",
+    "anything",
+    "however",
+    "whether",
+    "example",
+    "examples",
+    "already",
+    "during",
+    "within",
+    "around",
+    "against",
+    "number",
+    "different",
+    "several",
+    "usually",
+    "actually",
+    "following",
+    "simply",
+    "possible",
+    "important",
+    "available",
+    "directly",
+    "certain",
+    "across",
+    "itself",
+    "called",
+];
+
+/// How often each word of six letters or more occurs in `material`'s prose (lowercase).
+pub fn word_counts(material: &str) -> std::collections::HashMap<String, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for s in sentences(material) {
+        for w in s.split(|c: char| !(c.is_alphabetic() || c == '-')) {
+            let w = w.trim_matches('-').to_lowercase();
+            if w.chars().count() >= 6 && !PLAIN_WORDS.contains(&w.as_str()) {
+                *counts.entry(w).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// A question from a sentence of the passage with one of the subject's words blanked out
+/// (a word the material uses at least twice; the longest such word of the sentence); the
+/// other options are other such words, preferring ones with the same ending. For material
+/// that defines no terms (most READMEs).
+fn question_from_words(
+    chunk: &ContextChunk,
+    counts: &std::collections::HashMap<String, usize>,
+    earlier: &[Question],
+    salt: usize,
+) -> Option<Question> {
+    let used: Vec<String> = earlier
+        .iter()
+        .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
+        .collect();
+    let used_evidence: Vec<&str> = earlier.iter().map(|q| q.evidence.as_str()).collect();
+    for sentence in sentences(&chunk.text) {
+        let sentence = sentence.replace('`', "");
+        if !askable(&sentence, 8) || used_evidence.contains(&sentence.as_str()) {
+            continue;
+        }
+        let words: Vec<&str> = sentence
+            .split(|c: char| !(c.is_alphabetic() || c == '-'))
+            .map(|w| w.trim_matches('-'))
+            .collect();
+        let Some(blank) = words
+            .iter()
+            .filter(|w| {
+                let l = w.to_lowercase();
+                counts.get(&l).is_some_and(|n| *n >= 2) && !used.contains(&l)
+            })
+            .max_by_key(|w| (w.chars().count(), counts.get(&w.to_lowercase()).copied()))
+            .map(|w| w.to_string())
+        else {
+            continue;
+        };
+        let lower = blank.to_lowercase();
+        let in_sentence: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+        let ending = |w: &str, n: usize| {
+            let c: Vec<char> = w.chars().collect();
+            c[c.len().saturating_sub(n)..].iter().collect::<String>()
+        };
+        let mut others: Vec<(&String, usize)> = counts
+            .iter()
+            .filter(|(w, n)| **n >= 2 && !in_sentence.contains(*w) && **w != lower)
+            .map(|(w, n)| {
+                let kin = if ending(w, 3) == ending(&lower, 3) {
+                    2
+                } else {
+                    usize::from(ending(w, 2) == ending(&lower, 2))
+                };
+                (w, kin * 1000 + (*n).min(999))
+            })
+            .collect();
+        if others.len() < 3 {
+            continue;
+        }
+        others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut pool: Vec<&String> = others.iter().take(8).map(|(w, _)| *w).collect();
+        let n = pool.len();
+        pool.rotate_left((salt * 5 + blank.len()) % n);
+        let Some(blanked) = blank_whole(&sentence, &blank) else {
+            continue;
+        };
+        let position = (salt + blank.len()) % 4;
+        let mut options: Vec<String> = pool.into_iter().take(3).cloned().collect();
+        options.insert(position, lower.clone());
+        return Some(Question {
+            text: format!("Which word fills the blank? \"{blanked}\""),
+            options,
+            answer: (b'A' + position as u8) as char,
+            source: chunk.source(),
+            evidence: sentence,
+            origin: "notes".into(),
+        });
+    }
+    None
+}
+
 async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError> {
     let n = s.num_questions.max(1) as usize;
     let mut all_terms: Vec<String> = Vec::new();
     for c in &s.context {
-        for t in bold_terms(&c.text) {
+        for t in key_terms(&c.text) {
             if !all_terms.iter().any(|x| norm(x) == norm(&t)) {
                 all_terms.push(t);
             }
@@ -309,7 +531,7 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     if all_terms.len() < 4 {
         if let Ok(more) = d.course.search(&s.subject, "terms", 8).await {
             for c in more {
-                for t in bold_terms(&c.text) {
+                for t in key_terms(&c.text) {
                     if !all_terms.iter().any(|x| norm(x) == norm(&t)) {
                         all_terms.push(t);
                     }
@@ -317,6 +539,8 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
             }
         }
     }
+    // The subject's words, for questions from material that defines no terms.
+    let counts = word_counts(&d.course.material(&s.subject));
     let schema = json!({
         "type": "object",
         "properties": {
@@ -337,11 +561,23 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
         .filter(|w| w.len() >= 3)
         .map(str::to_string)
         .collect();
-    let mut chunks: Vec<&ContextChunk> = s.context.iter().collect();
-    chunks.sort_by_key(|c| {
-        let t = norm(&c.text);
-        !topic_words.iter().any(|w| t.contains(w.as_str()))
-    });
+    // Passages about the topic (by their text, heading or file name), when there are any,
+    // and not about the project behind the notes (thanks, contributing, licences).
+    let names_topic = |c: &ContextChunk| {
+        let t = norm(&format!("{} {} {}", c.path, c.heading, c.text));
+        topic_words.iter().any(|w| t.contains(w.as_str()))
+    };
+    let mut chunks: Vec<&ContextChunk> = s
+        .context
+        .iter()
+        .filter(|c| !project_section(&c.heading))
+        .collect();
+    if chunks.is_empty() {
+        chunks = s.context.iter().collect();
+    }
+    if chunks.iter().any(|c| names_topic(c)) {
+        chunks.retain(|c| names_topic(c));
+    }
     let mut questions: Vec<Question> = Vec::new();
     let mut attempt = 0usize;
     while questions.len() < n && attempt < n + chunks.len() {
@@ -367,8 +603,33 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
             Err(why) => {
                 tracing::info!(reason = %why, "model's quiz question rejected; building one from the notes");
                 if let Some(q) = question_from_notes(chunk, &all_terms, &questions, questions.len())
+                    .or_else(|| question_from_words(chunk, &counts, &questions, questions.len()))
                 {
                     questions.push(q);
+                }
+            }
+        }
+    }
+    // Short of questions: more of the topic's passages, for questions built from the notes.
+    if questions.len() < n {
+        let more = d
+            .course
+            .search(&s.subject, &s.topic, 8)
+            .await
+            .unwrap_or_default();
+        for chunk in more
+            .iter()
+            .filter(|c| names_topic(c) && !project_section(&c.heading))
+        {
+            while questions.len() < n {
+                let next = question_from_notes(chunk, &all_terms, &questions, questions.len())
+                    .or_else(|| question_from_words(chunk, &counts, &questions, questions.len()));
+                match next {
+                    Some(mut q) => {
+                        q.source = chunk.source();
+                        questions.push(q);
+                    }
+                    None => break,
                 }
             }
         }
@@ -376,8 +637,8 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     if questions.len() < n {
         return Err(NodeError::fatal(format!(
             "could write only {} of {n} questions about \"{}\" from the notes of `{}`: the model's \
-             questions failed the checks, and questions built from the notes need terms the notes \
-             define in **bold**; ask for fewer questions or a topic the notes define terms for",
+             questions failed the checks, and the passages found have too few terms and sentences \
+             to build questions from; ask for fewer questions or another topic",
             questions.len(),
             s.topic,
             s.subject
@@ -573,5 +834,56 @@ mod tests {
         assert!(!q.text.contains("Flow control"));
         // The same term is not asked twice.
         assert!(question_from_notes(&c, &terms, &[q], 1).is_none());
+    }
+
+    #[test]
+    fn questions_from_words_when_nothing_is_defined() {
+        let material = "sled is a transactional embedded database for Rust. \
+            Transactions are serializable. The database keeps a log on disk. \
+            An iterator walks the keys in order. Compression is a build feature. \
+            The embedded database needs no server. Every iterator is double ended. \
+            Compression saves space on disk. Serializable transactions never see \
+            half of another one.";
+        let counts = word_counts(material);
+        let c = chunk("A lightweight pure-rust high-performance transactional embedded database for your programs.");
+        let q = question_from_words(&c, &counts, &[], 0).unwrap();
+        let right = q.options[(q.answer as u8 - b'A') as usize].clone();
+        assert_eq!(right, "database", "{q:?}");
+        assert!(q.text.contains("_____"), "{q:?}");
+        assert!(!q.text.to_lowercase().contains("database"), "{q:?}");
+        let mut opts = q.options.clone();
+        opts.dedup();
+        assert_eq!(opts.len(), 4);
+        // No option is another word of the same sentence.
+        for o in &q.options {
+            assert!(
+                o == &right || !c.text.to_lowercase().contains(o.as_str()),
+                "{o}"
+            );
+        }
+        // The same sentence is not asked twice.
+        assert!(question_from_words(&c, &counts, &[q], 1).is_none());
+    }
+
+    #[test]
+    fn blanks_are_whole_words_and_project_text_is_not_asked() {
+        assert_eq!(
+            blank_whole("For more on demo_app, run `app`.", "app").as_deref(),
+            Some("For more on demo_app, run `_____`.")
+        );
+        assert_eq!(blank_whole("demo_app only", "app"), None);
+        assert!(about_the_project(
+            "Special thanks to Meili for providing engineering effort."
+        ));
+        assert!(about_the_project(
+            "If you'd like to contribute to Rayon, check the list."
+        ));
+        assert!(!about_the_project(
+            "sled supports compare and swap on single keys."
+        ));
+        assert!(project_section("Getting Help"));
+        assert!(project_section("Supported Rust Versions"));
+        assert!(!project_section("Parallel iterators and more"));
+        assert!(!askable("For more information on the demo, try:", 3));
     }
 }

@@ -158,8 +158,19 @@ pub fn unusable(text: &str) -> Option<String> {
 /// The sentences of a passage (markdown list markers and emphasis removed).
 pub fn sentences(text: &str) -> Vec<String> {
     let mut out = Vec::new();
+    let mut in_code = false;
     for line in text.lines() {
         let raw = line.trim();
+        // Code blocks and table rows are not sentences.
+        if raw.starts_with("```") {
+            in_code = !in_code;
+            out.push(String::new());
+            continue;
+        }
+        if in_code || raw.contains(" | ") {
+            out.push(String::new());
+            continue;
+        }
         // Headings and list items stand alone; other lines join their paragraph.
         let alone = raw.starts_with('#') || raw.starts_with("- ") || raw.starts_with("* ");
         let l = raw.trim_start_matches(['-', '*', '#']).trim();
@@ -216,6 +227,120 @@ pub fn bold_terms(text: &str) -> Vec<String> {
             out.push(term);
         }
         rest = &after[b + 2..];
+    }
+    out
+}
+
+/// The terms a passage names, most deliberate first: its **bold** terms, its `code` spans in
+/// prose (not code blocks; at most three words), and the names its sentences define (`X is
+/// a ...`, `X are the ...`, with X of one to three words and not a pronoun). Code spans are
+/// returned without their backticks.
+pub fn key_terms(text: &str) -> Vec<String> {
+    /// Bold words that label a remark rather than name a term.
+    const NOT_TERMS: &[&str] = &[
+        "note",
+        "notes",
+        "warning",
+        "important",
+        "tip",
+        "example",
+        "caution",
+        "deprecated",
+        "todo",
+        "nb",
+        "update",
+        "new",
+        "experimental",
+        "unstable",
+        "required",
+        "optional",
+    ];
+    let mut out: Vec<String> = Vec::new();
+    let push = |t: &str, out: &mut Vec<String>| {
+        let t = t.trim_end_matches(':');
+        let t = t.trim();
+        if !t.is_empty()
+            && t.chars().count() <= 40
+            && t.split_whitespace().count() <= 3
+            && t.chars().any(char::is_alphabetic)
+            && !NOT_TERMS.contains(&t.to_lowercase().as_str())
+            && !out.iter().any(|x| x.eq_ignore_ascii_case(t))
+        {
+            out.push(t.to_string());
+        }
+    };
+    for t in bold_terms(text) {
+        push(&t, &mut out);
+    }
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(a) = rest.find('`') {
+            let after = &rest[a + 1..];
+            let Some(b) = after.find('`') else { break };
+            push(&after[..b], &mut out);
+            rest = &after[b + 1..];
+        }
+    }
+    const NOT_NAMES: &[&str] = &[
+        "it",
+        "this",
+        "that",
+        "there",
+        "these",
+        "those",
+        "which",
+        "what",
+        "he",
+        "she",
+        "they",
+        "here",
+        "one",
+        "each",
+        "everything",
+        "nothing",
+        "all",
+        "the result",
+        "the goal",
+    ];
+    const QUANTIFIERS: &[&str] = &[
+        "many", "some", "most", "all", "both", "few", "each", "every", "no", "other", "such",
+        "our", "your", "my", "its", "their", "his", "her", "if", "when", "so",
+    ];
+    for s in sentences(text) {
+        let s = s.replace('`', "");
+        for verb in [" is ", " are "] {
+            let Some((name, rest)) = s.split_once(verb) else {
+                continue;
+            };
+            let name = name.trim();
+            let n = name.split_whitespace().count();
+            let defines = ["a ", "an ", "the "].iter().any(|a| rest.starts_with(a));
+            if (1..=3).contains(&n)
+                && defines
+                && !NOT_NAMES.contains(&name.to_lowercase().as_str())
+                && !QUANTIFIERS.contains(
+                    &name
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_lowercase()
+                        .as_str(),
+                )
+                && name.chars().next().is_some_and(char::is_alphanumeric)
+                && !name.contains([',', ':', '(', '"'])
+            {
+                push(name, &mut out);
+            }
+            break;
+        }
     }
     out
 }
@@ -425,6 +550,105 @@ pub fn unsupported(answer: &str, sources: &str) -> Option<String> {
     None
 }
 
+/// The first identifier-like token of `answer` that no source has: a dotted or `::` path, a
+/// name with an underscore, an inner capital (`camelCase`) or an acronym of three capitals or
+/// more. A small model invents these ("a Rust implementation of the linode.crust").
+pub fn invented_identifier(answer: &str, sources: &str) -> Option<String> {
+    let src = sources.to_lowercase();
+    for raw in answer.split_whitespace() {
+        let t = raw.trim_matches(|c: char| !c.is_alphanumeric());
+        if t.chars().any(|c| c.is_ascii_digit()) || t.chars().count() < 3 {
+            continue;
+        }
+        let chars: Vec<char> = t.chars().collect();
+        let dotted = t.contains("::")
+            || chars
+                .windows(3)
+                .any(|w| w[0].is_alphabetic() && w[1] == '.' && w[2].is_alphabetic());
+        let underscore = t.contains('_');
+        let inner_capital = chars
+            .windows(2)
+            .any(|w| w[0].is_lowercase() && w[1].is_uppercase());
+        let acronym = chars.len() >= 3 && chars.iter().all(|c| c.is_ascii_uppercase());
+        if (dotted || underscore || inner_capital || acronym) && !src.contains(&t.to_lowercase()) {
+            return Some(format!("\"{t}\" is in no source"));
+        }
+    }
+    None
+}
+
+/// The answer up to where it degenerates: whole sentences, stopping at the first that loops
+/// by itself (a word of four letters or more three times), repeats a phrase of four words
+/// from an earlier sentence, or is not prose. The flag says something was cut.
+pub fn before_degenerate(answer: &str) -> (String, bool) {
+    let mut kept = String::new();
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut start = 0;
+    let chars: Vec<(usize, char)> = answer.char_indices().collect();
+    let mut pieces = Vec::new();
+    for (k, &(i, c)) in chars.iter().enumerate() {
+        let end =
+            matches!(c, '.' | '?' | '!') && chars.get(k + 1).is_none_or(|(_, n)| n.is_whitespace());
+        if end {
+            pieces.push(&answer[start..i + c.len_utf8()]);
+            start = i + c.len_utf8();
+        }
+    }
+    if start < answer.len() {
+        pieces.push(&answer[start..]);
+    }
+    for piece in pieces {
+        let words: Vec<String> = norm_words(piece)
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect();
+        let mut counts = std::collections::HashMap::new();
+        for w in words.iter().filter(|w| w.len() >= 4) {
+            *counts.entry(w.as_str()).or_insert(0) += 1;
+        }
+        let loops = counts.values().any(|n| *n >= 3);
+        let grams: Vec<String> = words.windows(4).map(|w| w.join(" ")).collect();
+        let repeats = grams.iter().any(|g| seen.contains(g));
+        let junk = words.len() >= 3 && unusable(piece).is_some_and(|w| !w.starts_with("too short"));
+        if loops || repeats || junk {
+            let cut = kept.trim_end().to_string();
+            return (cut, true);
+        }
+        seen.extend(grams);
+        kept.push_str(piece);
+    }
+    (kept.trim_end().to_string(), false)
+}
+
+/// What a question asks the definition of ("What is sled?", "what does tokio do"), if it
+/// asks one: the name, lowercase.
+pub fn defined_name(question: &str) -> Option<String> {
+    let q = norm_words(question);
+    let rest = [
+        "what is ",
+        "what are ",
+        "what s ",
+        "what does ",
+        "what do ",
+        "tell me about ",
+        "explain ",
+    ]
+    .iter()
+    .find_map(|p| q.strip_prefix(p))?;
+    let rest = rest
+        .strip_suffix(" do")
+        .or_else(|| rest.strip_suffix(" for"))
+        .unwrap_or(rest);
+    let rest = rest
+        .strip_prefix("a ")
+        .or_else(|| rest.strip_prefix("an "))
+        .or_else(|| rest.strip_prefix("the "))
+        .unwrap_or(rest)
+        .trim();
+    (!rest.is_empty() && rest.split(' ').count() <= 3).then(|| rest.to_string())
+}
+
 /// Removes parenthesised names that the sources do not have ("UDP (Unnumbered Transfer
 /// Protocol)" when the notes say "User Datagram Protocol").
 pub fn drop_invented_names(answer: &str, sources: &str) -> String {
@@ -471,32 +695,77 @@ pub fn norm_words(s: &str) -> String {
         .join(" ")
 }
 
-/// The `n` lines of `sources` that share the most words (of four letters or more) with
-/// `question`, in their order.
-pub fn relevant_lines(question: &str, sources: &str, n: usize) -> Vec<String> {
-    let q: std::collections::HashSet<String> = norm_words(question)
+/// Words that say how a question is asked, not what it is about.
+const QUESTION_WORDS: &[&str] = &[
+    "what", "which", "when", "where", "does", "have", "that", "this", "with", "from", "about",
+    "there", "their", "they", "them", "your", "into", "will", "would", "should", "could",
+    "explain", "tell", "please", "describe", "mean", "means", "work", "works", "used",
+];
+
+/// The words of `s` that carry its meaning: four letters or more, not a question's own words.
+pub fn meaning_words(s: &str) -> Vec<String> {
+    norm_words(s)
         .split(' ')
-        .filter(|w| w.len() >= 4)
+        .filter(|w| w.len() >= 4 && !QUESTION_WORDS.contains(w))
         .map(str::to_string)
+        .collect()
+}
+
+/// The `n` pieces of `sources` that share the most meaning words with `question`, in their
+/// order: list items and table rows whole, paragraphs one sentence at a time (code blocks
+/// are skipped). A sentence that starts with a word of the question (a definition) comes
+/// first among equals.
+pub fn relevant_lines(question: &str, sources: &str, n: usize) -> Vec<String> {
+    let q: std::collections::HashSet<String> = meaning_words(question)
+        .into_iter()
+        // Also the short names people ask about (TCP, DNS, sled).
+        .chain(
+            norm_words(question)
+                .split(' ')
+                .filter(|w| {
+                    w.len() == 3
+                        && !["the", "and", "how", "why", "are", "for", "can", "its"].contains(w)
+                })
+                .map(str::to_string),
+        )
         .collect();
-    let mut scored: Vec<(usize, usize, &str)> = sources
-        .lines()
-        .map(str::trim)
+    let mut pieces: Vec<String> = Vec::new();
+    let mut in_code = false;
+    for line in sources.lines().map(str::trim) {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        // A search hit starts with its source in brackets: `[dns.md › Records] text`.
+        let line = match line.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+            Some((_, rest)) => rest.trim(),
+            None => line,
+        };
+        if in_code || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with("- ") || line.starts_with("* ") || line.contains(" | ") {
+            pieces.push(line.to_string());
+        } else {
+            pieces.extend(sentences(line));
+        }
+    }
+    let mut scored: Vec<(usize, usize, String)> = pieces
+        .into_iter()
         .enumerate()
-        // Whole lines only: not a wrapped line's continuation.
-        .filter(|(_, l)| {
-            l.split_whitespace().count() >= 3 && !l.starts_with(|c: char| c.is_lowercase())
-        })
+        .filter(|(_, l)| l.split_whitespace().count() >= 3)
         .map(|(i, l)| {
-            let hits = norm_words(l).split(' ').filter(|w| q.contains(*w)).count();
-            (hits, i, l)
+            let words = norm_words(&l);
+            let hits = words.split(' ').filter(|w| q.contains(*w)).count();
+            let first = words.split(' ').next().is_some_and(|w| q.contains(w));
+            (hits * 2 + usize::from(first && hits > 0), i, l)
         })
         .filter(|(h, _, _)| *h > 0)
         .collect();
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     scored.truncate(n);
     scored.sort_by_key(|x| x.1);
-    scored.into_iter().map(|x| x.2.to_string()).collect()
+    scored.into_iter().map(|x| x.2).collect()
 }
 
 /// At most `n` characters of `s`, cut at a word boundary, with `…` when cut.
@@ -647,5 +916,52 @@ mod tests {
             ]
         );
         assert_eq!(bold_terms(p), vec!["TCP", "UDP"]);
+        let readme = "sled is an embedded database. Call `Db::open` first.\n\n```rust\nlet `x` = 1;\n```\n\nThis is a note. The `compression` feature is off. Many things are a mess.";
+        assert_eq!(key_terms(readme), vec!["Db::open", "compression", "sled"]);
+    }
+
+    #[test]
+    fn answers_end_where_they_degenerate() {
+        let (kept, cut) = before_degenerate(
+            "Tokio is a runtime for asynchronous applications. It is a work-stealing, work-sharing, work-sharing, and work-sharing-based system.",
+        );
+        assert!(cut);
+        assert_eq!(kept, "Tokio is a runtime for asynchronous applications.");
+        let (kept, cut) = before_degenerate(
+            "sled is a database that is designed to be fast. It is a store that is designed to be small.",
+        );
+        assert!(cut);
+        assert_eq!(kept, "sled is a database that is designed to be fast.");
+        let fine = "TCP is reliable. UDP is not.";
+        assert_eq!(before_degenerate(fine), (fine.to_string(), false));
+    }
+
+    #[test]
+    fn invented_identifiers_are_caught() {
+        let src = "Rustyline, a readline implementation based on Antirez's Linenoise. Use `Editor::readline`.";
+        assert_eq!(
+            invented_identifier(
+                "rustyline is a Rust implementation of the linode.crust.",
+                src
+            ),
+            Some("\"linode.crust\" is in no source".into())
+        );
+        assert_eq!(
+            invented_identifier("Call Editor::readline to read a line.", src),
+            None
+        );
+        assert!(invented_identifier("It is a work-stealing (WBW) system.", src).is_some());
+        assert_eq!(invented_identifier("It is based on Linenoise.", src), None);
+    }
+
+    #[test]
+    fn definition_questions() {
+        assert_eq!(defined_name("What is sled?"), Some("sled".into()));
+        assert_eq!(defined_name("what does tokio do"), Some("tokio".into()));
+        assert_eq!(
+            defined_name("What is a subnet mask?"),
+            Some("subnet mask".into())
+        );
+        assert_eq!(defined_name("Why does TCP slow down?"), None);
     }
 }
