@@ -527,6 +527,20 @@ impl DecoderModel {
         self.len
     }
 
+    /// A copy whose KV cache holds only the first `len` cached tokens: a conversation that
+    /// shares only the start of this one continues from there. Only what is kept is copied.
+    pub fn clone_prefix(&self, len: usize) -> Self {
+        let len = len.min(self.len);
+        let keep = len * self.w.cfg.kv_dim();
+        let cut = |c: &Vec<f32>| c[..keep.min(c.len())].to_vec();
+        DecoderModel {
+            w: self.w.clone(),
+            k: self.k.iter().map(cut).collect(),
+            v: self.v.iter().map(cut).collect(),
+            len,
+        }
+    }
+
     /// Forgets the KV cache (keeping its memory).
     pub fn reset(&mut self) {
         self.truncate(0);

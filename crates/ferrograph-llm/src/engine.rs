@@ -155,6 +155,20 @@ impl Weights {
         }
     }
 
+    /// A snapshot of the first `len` cached tokens, when the backend can rewind its cache
+    /// (our kernels can; candle's models only append).
+    fn clone_prefix(&self, len: usize) -> Option<Weights> {
+        match self {
+            Weights::Fast(m) => Some(Weights::Fast(m.clone_prefix(len))),
+            _ => None,
+        }
+    }
+
+    /// Whether [`Weights::clone_prefix`] works for this backend.
+    fn rewinds(&self) -> bool {
+        matches!(self, Weights::Fast(_))
+    }
+
     /// Whether a clone is an independent snapshot of the KV cache (caches built by
     /// concatenation are; preallocated ones may share storage).
     fn snapshots(&self) -> bool {
@@ -482,18 +496,39 @@ impl Engine {
     /// Weights to start from for `prompt`: a cached snapshot of its longest known prefix (at
     /// least one token must remain to compute), or the fresh model. The flag says the base
     /// model itself was lent out and must be given back with [`Engine::give_back`].
+    ///
+    /// Where the backend can rewind its cache, a snapshot that shares only the start of the
+    /// prompt also serves (at least [`MIN_SHARED_PREFIX`] tokens): the next turn of a chat
+    /// repeats the system prompt and the earlier turns, then differs.
     fn start_state(&mut self, prompt: &[u32]) -> Result<(Weights, usize, bool), LlmError> {
         self.clock += 1;
         let clock = self.clock;
-        let best = self
-            .prefixes
-            .iter_mut()
-            .filter(|e| e.tokens.len() < prompt.len() && prompt.starts_with(&e.tokens))
-            .max_by_key(|e| e.tokens.len());
-        if let Some(e) = best {
-            if let Some(w) = e.weights.try_clone() {
+        let mut best: Option<(usize, usize)> = None;
+        for (i, e) in self.prefixes.iter().enumerate() {
+            let shared = if e.tokens.len() < prompt.len() && prompt.starts_with(&e.tokens) {
+                e.tokens.len()
+            } else {
+                let n = common_prefix(&e.tokens, prompt).min(prompt.len() - 1);
+                if n >= MIN_SHARED_PREFIX && e.weights.rewinds() {
+                    n
+                } else {
+                    0
+                }
+            };
+            if shared > 0 && best.is_none_or(|(n, _)| shared > n) {
+                best = Some((shared, i));
+            }
+        }
+        if let Some((n, i)) = best {
+            let e = &mut self.prefixes[i];
+            let w = if n == e.tokens.len() {
+                e.weights.try_clone()
+            } else {
+                e.weights.clone_prefix(n)
+            };
+            if let Some(w) = w {
                 e.last_used = clock;
-                return Ok((w, e.tokens.len(), false));
+                return Ok((w, n, false));
             }
         }
         self.fresh_state()
@@ -900,6 +935,15 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+/// The fewest tokens a cached conversation must share with a prompt to be rewound and
+/// reused (below this, copying its cache costs about what it saves).
+const MIN_SHARED_PREFIX: usize = 16;
+
+/// How many tokens `a` and `b` start with in common.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Length of the longest proper prefix of `stop` that `text` ends with.

@@ -296,6 +296,54 @@ async fn shared_system_prompt_is_reused_and_gives_the_same_answer() {
 }
 
 #[tokio::test]
+async fn a_next_turn_that_shares_only_the_start_reuses_it_and_gives_the_same_answer() {
+    let Some(path) = model_path() else { return };
+    // The system message embeds what varies (as a tutor's does), so the system prompt alone
+    // is never a prefix of the next call: only a rewound cache can serve it.
+    let opts = GenerateOptions::greedy().max_tokens(12);
+    let cached = LocalChatModel::with_options(
+        &path,
+        LoadOptions {
+            prefix_cache_entries: 4,
+            ..LoadOptions::default()
+        },
+    );
+    let uncached = LocalChatModel::with_options(
+        &path,
+        LoadOptions {
+            prefix_cache_entries: 0,
+            ..LoadOptions::default()
+        },
+    );
+    let turn = |note: &str, q: &str| {
+        [
+            Message::system(
+                "You are a patient tutor for the course on computer networks. Answer in one short \
+                 sentence with plain words.",
+            ),
+            Message::human("What is a packet?"),
+            Message::ai("A packet is a small unit of data sent over a network."),
+            Message::human(format!("Notes: {note}\n\nQuestion: {q}")),
+        ]
+    };
+    let first = cached
+        .invoke(&turn("TCP is reliable.", "What is TCP?"), &opts, None)
+        .await
+        .unwrap();
+    assert!(!first.content.is_empty());
+    let next = turn("UDP sends datagrams.", "What is UDP?");
+    let second = cached.invoke(&next, &opts, None).await.unwrap();
+    let usage = second.usage.unwrap();
+    assert!(
+        usage.cached_prompt_tokens > 40 && usage.cached_prompt_tokens < usage.prompt_tokens,
+        "the shared start was reused: {usage:?}"
+    );
+    let reference = uncached.invoke(&next, &opts, None).await.unwrap();
+    assert_eq!(reference.usage.unwrap().cached_prompt_tokens, 0);
+    assert_eq!(second.content, reference.content);
+}
+
+#[tokio::test]
 async fn concurrent_calls_share_one_model() {
     let m = model_or_skip!();
     let opts = GenerateOptions::greedy().max_tokens(6);

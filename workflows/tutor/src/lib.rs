@@ -258,8 +258,8 @@ async fn think(
             .earlier_turns(notes));
     }
 
-    // The prompt: the level's system prompt, what earlier turns were about, the notes found
-    // in this turn, the last turns that fit, and the question.
+    // The prompt: the level's system prompt and what earlier turns were about, the last
+    // turns that fit, then the notes found in this turn with the question.
     let mut system = prompts::system(level, &s.subject);
     let all_notes: Vec<&String> = s.earlier_turns.iter().chain(notes.iter()).collect();
     if !all_notes.is_empty() {
@@ -278,12 +278,17 @@ async fn think(
         .iter()
         .filter(|m| m.role == Role::Tool)
         .collect();
+    // What the tools found goes with the question, not into the system prompt: the system
+    // prompt and the earlier turns then stay the same from turn to turn, and the model's
+    // prefix cache serves them (see `Engine::start_state`).
+    let mut found = String::new();
     if !tool_results.is_empty() {
-        system.push_str("\n\nFrom the course:\n");
+        found.push_str("From the course:\n");
         for m in &tool_results {
-            system.push_str(&m.content);
-            system.push('\n');
+            found.push_str(&m.content);
+            found.push('\n');
         }
+        found.push('\n');
     }
     let mut msgs = vec![Message::system(system)];
     let mut history: Vec<Message> = Vec::new();
@@ -314,7 +319,7 @@ async fn think(
         opts.tool_choice = ToolChoice::Required;
         opts.max_tokens = 96;
     } else {
-        msgs.push(Message::human(question.to_string()));
+        msgs.push(Message::human(format!("{found}{question}")));
         if rounds < sh.settings.max_tool_rounds {
             opts.tools = prompts::tools();
             opts.tool_choice = ToolChoice::Auto;
@@ -380,7 +385,30 @@ async fn think(
         }
         said = kept;
     }
-    let rejected = unusable(&said).or_else(|| {
+    // Sentences the sources do not back end the answer; when the first is one, the whole
+    // answer is replaced below.
+    let mut unbacked = None;
+    if !allowed.is_empty() {
+        if let Some((i, sentence)) = text::unbacked_sentence(&said, &allowed) {
+            if i > 0 {
+                let kept: String = text::sentence_pieces(&said)[..i].concat();
+                edits.push((
+                    "cut",
+                    format!(
+                        "at a sentence the notes do not back: \"{}\"",
+                        clip(&sentence, 80)
+                    ),
+                ));
+                said = kept.trim_end().to_string();
+            } else {
+                unbacked = Some(format!(
+                    "\"{}\" is not what the notes say",
+                    clip(&sentence, 80)
+                ));
+            }
+        }
+    }
+    let rejected = unbacked.or_else(|| unusable(&said)).or_else(|| {
         (!allowed.is_empty())
             .then(|| {
                 text::unsupported(&said, &allowed)

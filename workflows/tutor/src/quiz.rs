@@ -275,6 +275,7 @@ fn about_the_project(text: &str) -> bool {
         "maintainer",
         "funding",
         "coffee",
+        "help you",
     ];
     let t = text.to_lowercase();
     MARKS.iter().any(|m| t.contains(m))
@@ -453,10 +454,10 @@ fn question_from_words(
         .iter()
         .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
         .collect();
-    let used_evidence: Vec<&str> = earlier.iter().map(|q| q.evidence.as_str()).collect();
+    let used_evidence: Vec<String> = earlier.iter().map(|q| norm(&q.evidence)).collect();
     for sentence in sentences(&chunk.text) {
         let sentence = sentence.replace('`', "");
-        if !askable(&sentence, 8) || used_evidence.contains(&sentence.as_str()) {
+        if !askable(&sentence, 8) || used_evidence.contains(&norm(&sentence)) {
             continue;
         }
         let words: Vec<&str> = sentence

@@ -577,27 +577,149 @@ pub fn invented_identifier(answer: &str, sources: &str) -> Option<String> {
     None
 }
 
+/// Words too common in explanations to show that a sentence comes from its sources.
+const EXPLAINING_WORDS: &[&str] = &[
+    "also",
+    "allows",
+    "allow",
+    "provides",
+    "provide",
+    "make",
+    "makes",
+    "such",
+    "other",
+    "more",
+    "most",
+    "many",
+    "some",
+    "than",
+    "then",
+    "very",
+    "well",
+    "only",
+    "just",
+    "like",
+    "because",
+    "while",
+    "each",
+    "including",
+    "include",
+    "includes",
+    "different",
+    "various",
+    "using",
+    "uses",
+    "able",
+    "based",
+    "help",
+    "helps",
+    "that",
+    "designed",
+    "called",
+    "known",
+    "typically",
+    "often",
+    "usually",
+    "between",
+    "within",
+    "without",
+    "these",
+    "those",
+    "being",
+    "into",
+    "where",
+    "when",
+    "what",
+    "which",
+    "there",
+    "their",
+    "they",
+    "them",
+    "this",
+    "with",
+    "from",
+    "have",
+    "has",
+    "been",
+    "will",
+    "would",
+    "could",
+    "should",
+    "your",
+    "type",
+    "kind",
+    "thing",
+    "things",
+    "example",
+    "simple",
+    "easy",
+    "important",
+    "specific",
+    "need",
+    "needs",
+];
+
+/// The first sentence of `answer` (its index and text) that its sources do not back: of its
+/// meaning words (four letters or more, not common explaining words) fewer than half are in
+/// the sources (a word counts when the sources have a word with its first five letters, so
+/// `serializing` is backed by `serialization`). Sentences of fewer than three such words are
+/// not judged. A small model states plausible falsehoods ("regex is a programming
+/// language"): this is where they are caught.
+pub fn unbacked_sentence(answer: &str, sources: &str) -> Option<(usize, String)> {
+    let src_words: std::collections::HashSet<String> = norm_words(sources)
+        .split(' ')
+        .map(|w| w.chars().take(5).collect::<String>())
+        .collect();
+    for (i, sentence) in sentence_pieces(answer).into_iter().enumerate() {
+        let words: Vec<String> = norm_words(sentence)
+            .split(' ')
+            .filter(|w| {
+                w.len() >= 4 && !EXPLAINING_WORDS.contains(w) && !QUESTION_WORDS.contains(w)
+            })
+            .filter(|w| !w.chars().all(|c| c.is_ascii_digit()))
+            .map(str::to_string)
+            .collect();
+        if words.len() < 3 {
+            continue;
+        }
+        let backed = words
+            .iter()
+            .filter(|w| src_words.contains(&w.chars().take(5).collect::<String>()))
+            .count();
+        if backed * 2 < words.len() {
+            return Some((i, sentence.trim().to_string()));
+        }
+    }
+    None
+}
+
+/// `text` cut into sentences as written (after '.', '?' or '!' and a space), each piece
+/// keeping what follows it up to the next sentence (spaces, line breaks, list markers).
+pub fn sentence_pieces(text: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (k, &(i, c)) in chars.iter().enumerate() {
+        let end =
+            matches!(c, '.' | '?' | '!') && chars.get(k + 1).is_none_or(|(_, n)| n.is_whitespace());
+        if end {
+            pieces.push(&text[start..i + c.len_utf8()]);
+            start = i + c.len_utf8();
+        }
+    }
+    if start < text.len() && !text[start..].trim().is_empty() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+}
+
 /// The answer up to where it degenerates: whole sentences, stopping at the first that loops
 /// by itself (a word of four letters or more three times), repeats a phrase of four words
 /// from an earlier sentence, or is not prose. The flag says something was cut.
 pub fn before_degenerate(answer: &str) -> (String, bool) {
     let mut kept = String::new();
     let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut start = 0;
-    let chars: Vec<(usize, char)> = answer.char_indices().collect();
-    let mut pieces = Vec::new();
-    for (k, &(i, c)) in chars.iter().enumerate() {
-        let end =
-            matches!(c, '.' | '?' | '!') && chars.get(k + 1).is_none_or(|(_, n)| n.is_whitespace());
-        if end {
-            pieces.push(&answer[start..i + c.len_utf8()]);
-            start = i + c.len_utf8();
-        }
-    }
-    if start < answer.len() {
-        pieces.push(&answer[start..]);
-    }
-    for piece in pieces {
+    for piece in sentence_pieces(answer) {
         let words: Vec<String> = norm_words(piece)
             .split(' ')
             .filter(|w| !w.is_empty())
@@ -963,5 +1085,18 @@ mod tests {
             Some("subnet mask".into())
         );
         assert_eq!(defined_name("Why does TCP slow down?"), None);
+    }
+
+    #[test]
+    fn sentences_the_sources_do_not_back_are_found() {
+        let src = "This crate provides routines for searching strings for matches of a regular expression (aka regex). All regex searches have worst case linear time.";
+        assert_eq!(
+            unbacked_sentence("regex searches strings for matches of a regular expression. It is a programming language used to manipulate text.", src),
+            Some((1, "It is a programming language used to manipulate text.".into()))
+        );
+        assert_eq!(
+            unbacked_sentence("Regex searching takes linear time.", src),
+            None
+        );
     }
 }

@@ -81,14 +81,15 @@ fn reply(call: ScriptCall<'_>) -> Result<Message, LlmError> {
         };
         return Ok(Message::ai_with_tools("", calls));
     }
-    let system = &call.messages[0].content;
-    if human.to_lowercase().starts_with("why") {
+    // The notes come with the question: "From the course:\n...\n\nQUESTION".
+    let question = human.rsplit("\n\n").next().unwrap_or(&human);
+    if question.to_lowercase().starts_with("why") {
         return Ok(Message::ai(
             "<thinking>Loss usually means a router is overloaded.</thinking>\n<answer>TCP slows down because packet loss signals congestion.</answer>",
         ));
     }
     // Answer from the first passage of the notes in the prompt, citing it.
-    let notes = system
+    let notes = human
         .split("From the course:\n")
         .nth(1)
         .and_then(|n| n.lines().next())
