@@ -274,26 +274,73 @@ impl CourseIndex {
 }
 
 impl CourseIndex {
-    /// The opening of the note of `subject` named after `name` (`sled` → `sled.md`; case,
-    /// `-` and `_` ignored): its first heading and the text up to the next heading, at most
-    /// `max_chars`. A README begins by saying what its subject is, and a question like "What
-    /// is sled?" is answered there, while a search for the name alone often lands on the
-    /// passages that repeat it most (thanks, links, related projects).
-    pub fn lead(&self, subject: &str, name: &str, max_chars: usize) -> Option<ContextChunk> {
+    /// The note of `subject` named after `name` (`sled` → `sled.md`; case, `-`, `_` and
+    /// spaces ignored), if there is one.
+    fn note_named(&self, subject: &str, name: &str) -> Option<PathBuf> {
         let key = |s: &str| s.to_lowercase().replace(['-', '_', ' '], "");
         let want = key(name);
-        if want.is_empty() {
+        if want.is_empty() || want == "guide" {
             return None;
         }
         let folder = self.course_dir.join(subject);
-        let path = std::fs::read_dir(&folder)
+        let found = std::fs::read_dir(&folder)
             .ok()?
             .flatten()
             .map(|e| e.path())
             .find(|p| {
                 p.extension().and_then(|x| x.to_str()) == Some("md")
                     && p.file_stem().and_then(|s| s.to_str()).map(key) == Some(want.clone())
-            })?;
+            });
+        found
+    }
+
+    /// The sections (split at headings) of the note of `subject` named after `name`, in
+    /// order; empty when there is no such note.
+    pub fn sections(&self, subject: &str, name: &str) -> Vec<ContextChunk> {
+        let Some(path) = self.note_named(subject, name) else {
+            return Vec::new();
+        };
+        let Ok(text) = read_notes(&path) else {
+            return Vec::new();
+        };
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let mut out: Vec<ContextChunk> = Vec::new();
+        let mut cur = ContextChunk {
+            path: format!("{subject}/{file}"),
+            ..ContextChunk::default()
+        };
+        let mut in_code = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_code = !in_code;
+            }
+            if !in_code && line.starts_with('#') {
+                if !cur.text.trim().is_empty() {
+                    out.push(cur.clone());
+                }
+                cur.heading = line.trim_start_matches('#').trim().to_string();
+                cur.text.clear();
+            }
+            cur.text.push_str(line);
+            cur.text.push('\n');
+        }
+        if !cur.text.trim().is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    /// The opening of the note of `subject` named after `name` (`sled` → `sled.md`; case,
+    /// `-` and `_` ignored): its first heading and the text up to the next heading, at most
+    /// `max_chars`. A README begins by saying what its subject is, and a question like "What
+    /// is sled?" is answered there, while a search for the name alone often lands on the
+    /// passages that repeat it most (thanks, links, related projects).
+    pub fn lead(&self, subject: &str, name: &str, max_chars: usize) -> Option<ContextChunk> {
+        let path = self.note_named(subject, name)?;
         let text = read_notes(&path).ok()?;
         let mut heading = String::new();
         let mut body = String::new();
@@ -434,6 +481,15 @@ mod tests {
             "Blazingly fast concurrent map in Rust.\n\nDashMap is an implementation of a concurrent hashmap."
         );
         assert!(idx.lead("crates", "tokio", 450).is_none());
+        let sections = idx.sections("crates", "dashmap");
+        assert_eq!(
+            sections
+                .iter()
+                .map(|c| c.heading.as_str())
+                .collect::<Vec<_>>(),
+            ["", "DashMap", "Usage"]
+        );
+        assert!(sections[1].text.contains("```rust\nlet m = 1;\n```"));
         assert!(idx.lead("nothing", "dashmap", 450).is_none());
     }
 }

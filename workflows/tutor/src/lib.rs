@@ -359,6 +359,16 @@ async fn think(
         }
         said = whole;
     }
+    // Headings in a chat answer are the model imitating the notes ("### What is regex?").
+    if said.lines().any(|l| l.trim_start().starts_with('#')) {
+        said = said
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim()
+            .to_string();
+    }
     // A loop or a garbled sentence ends the answer there, when what comes before stands.
     let (before, degenerated) = text::before_degenerate(&said);
     if degenerated && unusable(&before).is_none() {

@@ -276,6 +276,11 @@ fn about_the_project(text: &str) -> bool {
         "funding",
         "coffee",
         "help you",
+        "stackoverflow",
+        "subreddit",
+        "forum",
+        "discourse",
+        "zulip",
     ];
     let t = text.to_lowercase();
     MARKS.iter().any(|m| t.contains(m))
@@ -300,7 +305,7 @@ fn project_section(heading: &str) -> bool {
         "badges",
     ];
     let h = heading.to_lowercase();
-    about_the_project(&h) || MARKS.iter().any(|m| h.contains(m))
+    about_the_project(&h) || h.trim() == "support" || MARKS.iter().any(|m| h.contains(m))
 }
 
 /// `sentence` with the first whole-word occurrence of `term` blanked out (inside backticks
@@ -613,11 +618,14 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     }
     // Short of questions: more of the topic's passages, for questions built from the notes.
     if questions.len() < n {
-        let more = d
-            .course
-            .search(&s.subject, &s.topic, 8)
-            .await
-            .unwrap_or_default();
+        // The sections of a note named after the topic, then what a search finds.
+        let mut more = d.course.sections(&s.subject, &s.topic);
+        more.extend(
+            d.course
+                .search(&s.subject, &s.topic, 8)
+                .await
+                .unwrap_or_default(),
+        );
         for chunk in more
             .iter()
             .filter(|c| names_topic(c) && !project_section(&c.heading))

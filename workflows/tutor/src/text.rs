@@ -719,6 +719,7 @@ pub fn sentence_pieces(text: &str) -> Vec<&str> {
 pub fn before_degenerate(answer: &str) -> (String, bool) {
     let mut kept = String::new();
     let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut seen_pieces: Vec<String> = Vec::new();
     for piece in sentence_pieces(answer) {
         let words: Vec<String> = norm_words(piece)
             .split(' ')
@@ -731,7 +732,9 @@ pub fn before_degenerate(answer: &str) -> (String, bool) {
         }
         let loops = counts.values().any(|n| *n >= 3);
         let grams: Vec<String> = words.windows(4).map(|w| w.join(" ")).collect();
-        let repeats = grams.iter().any(|g| seen.contains(g));
+        let again = !words.is_empty() && seen_pieces.contains(&words.join(" "));
+        seen_pieces.push(words.join(" "));
+        let repeats = again || grams.iter().any(|g| seen.contains(g));
         let junk = words.len() >= 3 && unusable(piece).is_some_and(|w| !w.starts_with("too short"));
         if loops || repeats || junk {
             let cut = kept.trim_end().to_string();
@@ -1054,6 +1057,10 @@ mod tests {
         );
         assert!(cut);
         assert_eq!(kept, "sled is a database that is designed to be fast.");
+        assert_eq!(
+            before_degenerate("TCP is reliable. UDP is not. TCP is reliable."),
+            ("TCP is reliable. UDP is not.".to_string(), true)
+        );
         let fine = "TCP is reliable. UDP is not.";
         assert_eq!(before_degenerate(fine), (fine.to_string(), false));
     }
