@@ -33,6 +33,8 @@ pub struct TutorEvalOptions {
     pub model: String,
     /// Only these crates (all when empty).
     pub only: Vec<String>,
+    /// Only the crates marked `smoke`.
+    pub smoke: bool,
     /// Where results and the table go.
     pub out: PathBuf,
     /// No progress bars.
@@ -49,6 +51,9 @@ struct CrateList {
 struct CrateSpec {
     name: String,
     version: String,
+    /// In the smoke run (CI).
+    #[serde(default)]
+    smoke: bool,
 }
 
 /// A downloaded crate: its README and its own metadata.
@@ -177,6 +182,7 @@ pub async fn run(opts: &TutorEvalOptions) -> Result<()> {
         .crates
         .into_iter()
         .filter(|c| opts.only.is_empty() || opts.only.contains(&c.name))
+        .filter(|c| !opts.smoke || c.smoke)
         .collect();
     if specs.is_empty() {
         bail!("no crates to evaluate");

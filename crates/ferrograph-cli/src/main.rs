@@ -240,6 +240,9 @@ enum EvalCommand {
         /// Only this crate (repeatable).
         #[arg(long = "crate")]
         only: Vec<String>,
+        /// Only the crates marked `smoke` (three; what CI runs).
+        #[arg(long)]
+        smoke: bool,
         /// Output folder: results.json and summary.md.
         #[arg(long, default_value = "eval-tutor")]
         out: PathBuf,
@@ -1295,6 +1298,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     crates,
                     model,
                     only,
+                    smoke,
                     out,
                     quiet,
                 },
@@ -1303,6 +1307,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 crates,
                 model,
                 only,
+                smoke,
                 out,
                 quiet,
             })

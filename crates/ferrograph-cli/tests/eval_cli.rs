@@ -86,3 +86,54 @@ fn the_smoke_evaluation_computes_every_measure() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a relative path inside the package"));
 }
+
+/// `ferrograph eval tutor --smoke`: three crates' READMEs downloaded from crates.io as one
+/// subject, "What is NAME?" and a two-question quiz per crate on the real SmolLM2. What the
+/// tutor's checks guarantee is asserted (every answer usable, every right answer of a quiz
+/// in that crate's README, grading that agrees with the letter); what depends on the model is
+/// the full evaluation's business, and is only required to be computed.
+#[test]
+fn the_tutor_smoke_evaluation_judges_answers_and_quizzes_on_real_readmes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_ferrograph"))
+        .current_dir(&root)
+        .env_remove("FERROGRAPH_CONFIG")
+        .env("FERROGRAPH_DATA_DIR", out.path().join("data"))
+        .args(["eval", "tutor", "--smoke", "--quiet", "--out"])
+        .arg(out.path().join("report"))
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{log}");
+    let report = out.path().join("report");
+    let results: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(results.len(), 3, "{log}");
+    let mut quizzes = 0;
+    for r in &results {
+        assert_eq!(r["usable"], true, "{r}");
+        assert_eq!(r["first_hit"], true, "the crate's README is found first: {r}");
+        assert!(r["on_topic"].is_boolean() && r["answer_s"].as_f64().unwrap() > 0.0);
+        let answer = r["answer"].as_str().unwrap();
+        assert!(!answer.contains("http") && !answer.contains("<img"), "{answer}");
+        let n = r["quiz_questions"].as_u64().unwrap();
+        if n == 2 {
+            quizzes += 1;
+            assert_eq!(r["quiz_grounded"], 2, "right answers in the README: {r}");
+            assert_eq!(r["quiz_grading_agrees"], true, "{r}");
+            assert_eq!(r["quiz_well_formed"], true, "{r}");
+        } else {
+            // A quiz that cannot be written says why.
+            assert!(r["quiz_error"].as_str().unwrap().contains("could write only"), "{r}");
+        }
+    }
+    assert!(quizzes >= 2, "{log}");
+    let table = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    assert!(table.contains("| search: the crate's README is the first hit | 3/3"), "{table}");
+}

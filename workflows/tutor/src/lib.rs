@@ -260,7 +260,7 @@ async fn think(
 
     // The prompt: the level's system prompt and what earlier turns were about, the last
     // turns that fit, then the notes found in this turn with the question.
-    let mut system = prompts::system(level, &s.subject);
+    let mut system = prompts::system(&s.subject);
     let all_notes: Vec<&String> = s.earlier_turns.iter().chain(notes.iter()).collect();
     if !all_notes.is_empty() {
         system.push_str("\nEarlier in this conversation the student ");
@@ -319,7 +319,10 @@ async fn think(
         opts.tool_choice = ToolChoice::Required;
         opts.max_tokens = 96;
     } else {
-        msgs.push(Message::human(format!("{found}{question}")));
+        msgs.push(Message::human(format!(
+            "{found}Question: {question}\n{}",
+            prompts::level_instruction(level)
+        )));
         if rounds < sh.settings.max_tool_rounds {
             opts.tools = prompts::tools();
             opts.tool_choice = ToolChoice::Auto;

@@ -45,21 +45,27 @@ pub fn tools() -> Vec<ToolSpec> {
     ]
 }
 
-/// The system prompt for a question of `level` in `subject` (seed 002's adaptive prompts; the
-/// advanced one asks for a thinking section).
-pub fn system(level: Difficulty, subject: &str) -> String {
-    let base = format!("You are a patient tutor for the course \"{subject}\".");
+/// The system prompt: the tutor's role, naming the subject. It is the same for every
+/// question of a subject, so that it (with the earlier turns after it) is a prefix the
+/// model's cache serves from one turn to the next; what depends on the question's level goes
+/// with the question ([`level_instruction`]).
+pub fn system(subject: &str) -> String {
+    format!(
+        "You are a patient tutor for the course \"{subject}\". Answer from the course notes \
+         given with the question, using their terms."
+    )
+}
+
+/// How to answer a question of `level` (seed 002's adaptive prompts; the advanced one asks
+/// for a thinking section). Sent after the question.
+pub fn level_instruction(level: Difficulty) -> &'static str {
     match level {
-        Difficulty::Basic => format!(
-            "{base} Answer in one or two short sentences with plain words. Use the course notes."
-        ),
-        Difficulty::Intermediate => format!(
-            "{base} Explain the answer in a short paragraph. Use the course notes and their terms."
-        ),
-        Difficulty::Advanced => format!(
-            "{base} Think first inside <thinking></thinking>, then give the answer inside \
-             <answer></answer>. Use the course notes."
-        ),
+        Difficulty::Basic => "Answer in one or two short sentences with plain words.",
+        Difficulty::Intermediate => "Explain the answer in a short paragraph.",
+        Difficulty::Advanced => {
+            "Think first inside <thinking></thinking>, then give the answer inside \
+             <answer></answer>."
+        }
     }
 }
 

@@ -12,7 +12,8 @@ use ferrograph::{CheckpointSaver, Resume};
 use ferrograph_chat::testing::{ScriptCall, ScriptedModel};
 use ferrograph_index::{Embedder, HashEmbedder};
 use ferrograph_tutor::course::EmbedderFactory;
-use ferrograph_tutor::{TutorSettings, TutorState, TutorWorkflow};
+use ferrograph_tutor::text::Difficulty;
+use ferrograph_tutor::{prompts, TutorSettings, TutorState, TutorWorkflow};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -81,8 +82,11 @@ fn reply(call: ScriptCall<'_>) -> Result<Message, LlmError> {
         };
         return Ok(Message::ai_with_tools("", calls));
     }
-    // The notes come with the question: "From the course:\n...\n\nQUESTION".
-    let question = human.rsplit("\n\n").next().unwrap_or(&human);
+    // The notes come with the question: "From the course:\n...\n\nQuestion: Q\nHOW".
+    let question = human
+        .lines()
+        .find_map(|l| l.strip_prefix("Question: "))
+        .unwrap_or(&human);
     if question.to_lowercase().starts_with("why") {
         return Ok(Message::ai(
             "<thinking>Loss usually means a router is overloaded.</thinking>\n<answer>TCP slows down because packet loss signals congestion.</answer>",
@@ -347,6 +351,45 @@ async fn advanced_answers_keep_their_thinking_apart() {
     // The next turn resets it.
     let o = say(&t, "a", json!({"message": "Explain the TCP handshake"})).await;
     assert_eq!(state(&o).thinking, None);
+}
+
+/// The level's instruction goes with the question; the system prompt names the subject and is
+/// the same for every level, so that the model's prefix cache serves it turn after turn.
+#[tokio::test]
+async fn the_system_prompt_is_the_same_for_every_level_and_the_level_goes_with_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let seen = prompts.clone();
+    let model = Arc::new(ScriptedModel::new("scripted", move |call| {
+        if call.options.tools.is_empty() && call.options.response_format.is_none() {
+            seen.lock()
+                .unwrap()
+                .push((call.messages[0].content.clone(), last_human(&call)));
+        }
+        reply(call)
+    }));
+    let t = tutor(dir.path(), memory(), settings(dir.path(), model)).await;
+    for q in [
+        "What is a port?",
+        "Explain the TCP handshake",
+        "Why does TCP slow down when packets are lost?",
+    ] {
+        say(&t, "levels", json!({"subject": "networks", "message": q})).await;
+    }
+    let p = prompts.lock().unwrap().clone();
+    assert_eq!(p.len(), 3);
+    assert!(p[0].0.contains("\"networks\""), "{}", p[0].0);
+    assert!(p.iter().all(|(system, _)| system == &p[0].0), "{p:?}");
+    assert!(p[0]
+        .1
+        .ends_with(prompts::level_instruction(Difficulty::Basic)));
+    assert!(p[1]
+        .1
+        .ends_with(prompts::level_instruction(Difficulty::Intermediate)));
+    assert!(p[2]
+        .1
+        .ends_with(prompts::level_instruction(Difficulty::Advanced)));
+    assert!(p[2].1.contains("From the course:\n"), "{}", p[2].1);
 }
 
 #[tokio::test]
