@@ -309,7 +309,10 @@ async fn think(
     let mut opts = GenerateOptions::greedy()
         .max_tokens(sh.settings.answer_tokens)
         .max_context(sh.settings.max_context)
-        .no_repeat_ngram(6);
+        .no_repeat_ngram(6)
+        // A small model goes on to write the next question of the prompt's format itself.
+        .stop("\nQuestion:")
+        .stop("\nFrom the course:");
     if first_round {
         msgs.push(Message::human(format!(
             "{question}\n\n({})",
@@ -362,6 +365,8 @@ async fn think(
         }
         said = whole;
     }
+    // The prompt's own scaffolding echoed back (a source marker, "Question: ...").
+    said = text::strip_scaffolding(&said);
     // Headings in a chat answer are the model imitating the notes ("### What is regex?").
     if said.lines().any(|l| l.trim_start().starts_with('#')) {
         said = said

@@ -585,7 +585,15 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     if chunks.is_empty() {
         chunks = s.context.iter().collect();
     }
-    if chunks.iter().any(|c| names_topic(c)) {
+    // A note named after the topic: its passages only (another note may mention the topic
+    // in passing); otherwise the passages that name it.
+    let topic_sections = d.course.sections(&s.subject, &s.topic);
+    let topic_note = topic_sections.first().map(|c| c.path.clone());
+    if let Some(note) = &topic_note {
+        if chunks.iter().any(|c| &c.path == note) {
+            chunks.retain(|c| &c.path == note);
+        }
+    } else if chunks.iter().any(|c| names_topic(c)) {
         chunks.retain(|c| names_topic(c));
     }
     let mut questions: Vec<Question> = Vec::new();
@@ -623,17 +631,19 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     // Short of questions: more of the topic's passages, for questions built from the notes.
     if questions.len() < n {
         // The sections of a note named after the topic, then what a search finds.
-        let mut more = d.course.sections(&s.subject, &s.topic);
+        let mut more = topic_sections.clone();
         more.extend(
             d.course
                 .search(&s.subject, &s.topic, 8)
                 .await
                 .unwrap_or_default(),
         );
-        for chunk in more
-            .iter()
-            .filter(|c| names_topic(c) && !project_section(&c.heading))
-        {
+        for chunk in more.iter().filter(|c| {
+            topic_note
+                .as_ref()
+                .map_or_else(|| names_topic(c), |n| &c.path == n)
+                && !project_section(&c.heading)
+        }) {
             while questions.len() < n {
                 let next = question_from_notes(chunk, &all_terms, &questions, questions.len())
                     .or_else(|| question_from_words(chunk, &counts, &questions, questions.len()));

@@ -713,6 +713,29 @@ pub fn sentence_pieces(text: &str) -> Vec<&str> {
     pieces
 }
 
+/// `answer` without the prompt's scaffolding that a small model echoes: a leading
+/// `Answer:`, source markers (`[crates/clap.md (clap)] `) at the start of a line, and
+/// everything from a line that starts the prompt's format again (`Question:`, `From the
+/// course:`).
+pub fn strip_scaffolding(answer: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for line in answer.lines() {
+        let t = line.trim_start();
+        if t.starts_with("Question:") || t.starts_with("From the course:") {
+            break;
+        }
+        let t = match t.strip_prefix('[').and_then(|r| r.split_once(']')) {
+            Some((inside, rest)) if inside.contains('/') && inside.contains('.') => {
+                rest.trim_start()
+            }
+            _ => line,
+        };
+        let t = t.strip_prefix("Answer:").map(str::trim_start).unwrap_or(t);
+        out.push(t);
+    }
+    out.join("\n").trim().to_string()
+}
+
 /// The answer up to where it degenerates: whole sentences, stopping at the first that loops
 /// by itself (a word of four letters or more three times), repeats a phrase of four words
 /// from an earlier sentence, or is not prose. The flag says something was cut.
@@ -1104,6 +1127,22 @@ mod tests {
         assert_eq!(
             unbacked_sentence("Regex searching takes linear time.", src),
             None
+        );
+    }
+
+    #[test]
+    fn echoed_prompt_scaffolding_goes() {
+        assert_eq!(
+            strip_scaffolding("[crates/clap.md (clap)] # clap\n\nThe command-line parser for Rust.\n\nQuestion: What is clap?\nAnswer: The parser."),
+            "# clap\n\nThe command-line parser for Rust."
+        );
+        assert_eq!(
+            strip_scaffolding("Answer: TCP is reliable."),
+            "TCP is reliable."
+        );
+        assert_eq!(
+            strip_scaffolding("See [RFC 793] for TCP."),
+            "See [RFC 793] for TCP."
         );
     }
 }
