@@ -101,7 +101,9 @@ fn fetch(client: &ferrograph_fetch::Client, spec: &CrateSpec, quiet: bool) -> Re
             ferrograph_fetch::Progress::quiet_if(quiet),
         )
         .with_context(|| format!("downloading {}", file.url))?;
-    let dest = cache.join("src").join(format!("{}-{}", spec.name, spec.version));
+    let dest = cache
+        .join("src")
+        .join(format!("{}-{}", spec.name, spec.version));
     if !dest.is_dir() {
         ferrograph_fetch::unpack(&archive, &dest)
             .with_context(|| format!("unpacking {}", archive.display()))?;
@@ -290,7 +292,9 @@ async fn evaluate(wf: &TutorWorkflow, p: &Package) -> Result<CrateResult> {
     let started = Instant::now();
     let o = wf
         .invoke(
-            JsonInput::Update(json!({"subject": "crates", "message": format!("What is {}?", p.name)})),
+            JsonInput::Update(
+                json!({"subject": "crates", "message": format!("What is {}?", p.name)}),
+            ),
             cfg(),
         )
         .await
@@ -326,7 +330,9 @@ async fn evaluate(wf: &TutorWorkflow, p: &Package) -> Result<CrateResult> {
     let mut quiz_error = None;
     let mut o = wf
         .invoke(
-            JsonInput::Update(json!({"message": format!("Quiz me on {} with 2 questions", p.name)})),
+            JsonInput::Update(
+                json!({"message": format!("Quiz me on {} with 2 questions", p.name)}),
+            ),
             cfg(),
         )
         .await;
@@ -415,7 +421,11 @@ async fn evaluate(wf: &TutorWorkflow, p: &Package) -> Result<CrateResult> {
         answer_by: answer_by.into(),
         on_topic,
         answer_s,
-        quiz_questions: if quiz_error.is_some() { 0 } else { questions.len() },
+        quiz_questions: if quiz_error.is_some() {
+            0
+        } else {
+            questions.len()
+        },
         quiz_error,
         quiz_well_formed: well_formed,
         quiz_grounded: grounded,

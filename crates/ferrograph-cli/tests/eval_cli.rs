@@ -118,10 +118,16 @@ fn the_tutor_smoke_evaluation_judges_answers_and_quizzes_on_real_readmes() {
     let mut quizzes = 0;
     for r in &results {
         assert_eq!(r["usable"], true, "{r}");
-        assert_eq!(r["first_hit"], true, "the crate's README is found first: {r}");
+        assert_eq!(
+            r["first_hit"], true,
+            "the crate's README is found first: {r}"
+        );
         assert!(r["on_topic"].is_boolean() && r["answer_s"].as_f64().unwrap() > 0.0);
         let answer = r["answer"].as_str().unwrap();
-        assert!(!answer.contains("http") && !answer.contains("<img"), "{answer}");
+        assert!(
+            !answer.contains("http") && !answer.contains("<img"),
+            "{answer}"
+        );
         let n = r["quiz_questions"].as_u64().unwrap();
         if n == 2 {
             quizzes += 1;
@@ -130,10 +136,19 @@ fn the_tutor_smoke_evaluation_judges_answers_and_quizzes_on_real_readmes() {
             assert_eq!(r["quiz_well_formed"], true, "{r}");
         } else {
             // A quiz that cannot be written says why.
-            assert!(r["quiz_error"].as_str().unwrap().contains("could write only"), "{r}");
+            assert!(
+                r["quiz_error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("could write only"),
+                "{r}"
+            );
         }
     }
     assert!(quizzes >= 2, "{log}");
     let table = std::fs::read_to_string(report.join("summary.md")).unwrap();
-    assert!(table.contains("| search: the crate's README is the first hit | 3/3"), "{table}");
+    assert!(
+        table.contains("| search: the crate's README is the first hit | 3/3"),
+        "{table}"
+    );
 }

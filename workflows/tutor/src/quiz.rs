@@ -341,6 +341,30 @@ fn askable(sentence: &str, min_words: usize) -> bool {
         && !about_the_project(sentence)
 }
 
+/// A fill-the-blank question: `blanked` (the evidence `sentence` with `answer` blanked), the
+/// answer placed among the three `others` at a position that varies with `salt` and the
+/// answer. `kind` names what fills the blank (`term`, `word`).
+fn cloze(
+    kind: &str,
+    chunk: &ContextChunk,
+    sentence: String,
+    blanked: &str,
+    answer: &str,
+    mut options: Vec<String>,
+    salt: usize,
+) -> Question {
+    let position = ((salt + answer.len()) % 4).min(options.len());
+    options.insert(position, answer.to_string());
+    Question {
+        text: format!("Which {kind} fills the blank? \"{blanked}\""),
+        options,
+        answer: (b'A' + position as u8) as char,
+        source: chunk.source(),
+        evidence: sentence,
+        origin: "notes".into(),
+    }
+}
+
 /// A question built from a term the notes define: the defining sentence with the term blanked
 /// out; the other options are other terms of the same notes.
 fn question_from_notes(
@@ -376,17 +400,10 @@ fn question_from_notes(
             continue;
         }
         distractors.rotate_left((salt * 7 + term.len()) % n);
-        let position = (salt + term.len()) % 4;
-        let mut options: Vec<String> = distractors.into_iter().take(3).cloned().collect();
-        options.insert(position, term.clone());
-        return Some(Question {
-            text: format!("Which term fills the blank? \"{blanked}\""),
-            options,
-            answer: (b'A' + position as u8) as char,
-            source: chunk.source(),
-            evidence: sentence,
-            origin: "notes".into(),
-        });
+        let others = distractors.into_iter().take(3).cloned().collect();
+        return Some(cloze(
+            "term", chunk, sentence, &blanked, &term, others, salt,
+        ));
     }
     None
 }
@@ -512,17 +529,10 @@ fn question_from_words(
         let Some(blanked) = blank_whole(&sentence, &blank) else {
             continue;
         };
-        let position = (salt + blank.len()) % 4;
-        let mut options: Vec<String> = pool.into_iter().take(3).cloned().collect();
-        options.insert(position, lower.clone());
-        return Some(Question {
-            text: format!("Which word fills the blank? \"{blanked}\""),
-            options,
-            answer: (b'A' + position as u8) as char,
-            source: chunk.source(),
-            evidence: sentence,
-            origin: "notes".into(),
-        });
+        let others = pool.into_iter().take(3).cloned().collect();
+        return Some(cloze(
+            "word", chunk, sentence, &blanked, &lower, others, salt,
+        ));
     }
     None
 }
