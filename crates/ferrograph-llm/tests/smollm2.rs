@@ -301,10 +301,12 @@ async fn a_next_turn_that_shares_only_the_start_reuses_it_and_gives_the_same_ans
     // The system message embeds what varies (as a tutor's does), so the system prompt alone
     // is never a prefix of the next call: only a rewound cache can serve it.
     let opts = GenerateOptions::greedy().max_tokens(12);
+    // Its own actor: models are shared by file and load options, and the default options
+    // (4 entries) are other tests', whose calls would evict these entries.
     let cached = LocalChatModel::with_options(
         &path,
         LoadOptions {
-            prefix_cache_entries: 4,
+            prefix_cache_entries: 5,
             ..LoadOptions::default()
         },
     );
