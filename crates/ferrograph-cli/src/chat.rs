@@ -295,11 +295,15 @@ async fn turn(app: &App, workflow: &str, thread: &str, input: JsonInput) -> Resu
                 if let Some(removed) = meta["removed"].as_str() {
                     notes.push(format!("removed, not in the course material: {removed}"));
                 }
-                if meta.get("cut").is_some() {
-                    notes.push("cut at the last full sentence".to_string());
+                if let Some(cut) = meta["cut"].as_str() {
+                    notes.push(format!("cut {cut}"));
                 }
                 if !notes.is_empty() {
                     eprintln!("({})", notes.join("; "));
+                }
+                // What the checks left differs from what was streamed: show it.
+                if answer.trim() != streamed.trim() {
+                    println!("tutor> {answer}");
                 }
             }
             Ok(Turn::Answered)

@@ -361,7 +361,7 @@ async fn think(
         // Cut off by the token limit: end at the last full sentence.
         let whole = text::whole_sentences(&said);
         if whole != said {
-            edits.push(("cut", "last full sentence".into()));
+            edits.push(("cut", "at the last full sentence".into()));
         }
         said = whole;
     }
@@ -435,7 +435,18 @@ async fn think(
             .flatten()
     });
     let mut reply = Message::ai(said.clone());
+    // Several edits of one kind are listed together.
+    let mut merged: Vec<(&str, String)> = Vec::new();
     for (key, value) in edits {
+        match merged.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => {
+                v.push_str("; ");
+                v.push_str(&value);
+            }
+            None => merged.push((key, value)),
+        }
+    }
+    for (key, value) in merged {
         reply = reply.with_metadata(key, value);
     }
     if let Some(why) = rejected {
