@@ -16,7 +16,7 @@ use ferrograph::core::Role;
 use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, Workflow};
 use ferrograph::Resume;
-use ferrograph_tutor::text::{meaning_words, unusable};
+use ferrograph_tutor::text::{meaning_words, norm_words, unusable};
 use ferrograph_tutor::{clean, TutorSettings, TutorState, TutorWorkflow};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -323,7 +323,9 @@ async fn evaluate(wf: &TutorWorkflow, p: &Package) -> Result<CrateResult> {
     let on_topic = described.iter().any(|w| said.contains(w));
 
     // The quiz: the first answer is A, the second B (whatever is right).
-    let readme = clean::readable(&p.readme).replace("**", "").to_lowercase();
+    // Compared as words (case and punctuation aside): `Tokio’s` in the README is `Tokio's`
+    // in an option.
+    let readme = norm_words(&clean::readable(&p.readme));
     let started = Instant::now();
     let mut questions = Vec::new();
     let mut well_formed = true;
@@ -399,6 +401,7 @@ async fn evaluate(wf: &TutorWorkflow, p: &Package) -> Result<CrateResult> {
                     .unwrap_or("")
                     .trim_end_matches('.')
                     .to_lowercase();
+                let term = norm_words(&term);
                 if !term.is_empty() && readme.contains(&term) {
                     grounded += 1;
                 }
