@@ -84,8 +84,11 @@ impl Writer {
                 self.flush();
                 self.heading = Some(level as usize);
             }
-            Tag::Paragraph | Tag::BlockQuote(_) | Tag::Table(_) | Tag::TableHead => self.flush(),
-            Tag::TableRow => self.flush(),
+            Tag::Paragraph
+            | Tag::BlockQuote(_)
+            | Tag::Table(_)
+            | Tag::TableHead
+            | Tag::TableRow => self.flush(),
             Tag::List(_) => {
                 self.flush();
                 self.lists += 1;
@@ -118,11 +121,7 @@ impl Writer {
             TagEnd::Heading(_) | TagEnd::Paragraph | TagEnd::BlockQuote(_) | TagEnd::Item => {
                 self.flush()
             }
-            TagEnd::TableCell => {
-                let t = self.line.trim_end().to_string();
-                self.line = t;
-                self.line.push_str(" | ");
-            }
+            TagEnd::TableCell => self.close_with(" | "),
             TagEnd::TableRow | TagEnd::TableHead | TagEnd::Table => self.flush(),
             TagEnd::List(_) => {
                 self.flush();
@@ -135,14 +134,16 @@ impl Writer {
                 self.out.push_str("```\n\n");
                 self.in_code = false;
             }
-            TagEnd::Strong => {
-                // `** term **` is not bold in Markdown: close against the last word.
-                let t = self.line.trim_end().to_string();
-                self.line = t;
-                self.line.push_str("**");
-            }
+            // `** term **` is not bold in Markdown: close against the last word.
+            TagEnd::Strong => self.close_with("**"),
             _ => {}
         }
+    }
+
+    /// Appends `s` right after the current block's last word.
+    fn close_with(&mut self, s: &str) {
+        self.line.truncate(self.line.trim_end().len());
+        self.line.push_str(s);
     }
 
     fn text(&mut self, t: &str) {

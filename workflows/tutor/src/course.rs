@@ -340,47 +340,40 @@ impl CourseIndex {
     /// is sled?" is answered there, while a search for the name alone often lands on the
     /// passages that repeat it most (thanks, links, related projects).
     pub fn lead(&self, subject: &str, name: &str, max_chars: usize) -> Option<ContextChunk> {
-        let path = self.note_named(subject, name)?;
-        let text = read_notes(&path).ok()?;
-        let mut heading = String::new();
+        // Text before the first heading is a web page's banner (taglines, links): the lead
+        // starts at the first heading and ends at the next one that follows prose, or at code
+        // after prose.
+        let sections = self.sections(subject, name);
+        let start = sections.iter().position(|c| !c.heading.is_empty())?;
         let mut body = String::new();
-        let mut in_code = false;
-        // Text before the first heading is a web page's banner (taglines, links): the
-        // lead starts at the first heading and ends at the next one or at code.
-        for line in text.lines() {
-            if let Some(h) = line.strip_prefix('#') {
-                if !heading.is_empty() && !body.trim().is_empty() {
-                    break;
+        'sections: for section in &sections[start..] {
+            let mut in_code = false;
+            // The section's first line is its heading.
+            for line in section.text.lines().skip(1) {
+                if line.starts_with("```") {
+                    if !body.trim().is_empty() {
+                        break 'sections;
+                    }
+                    in_code = !in_code;
+                    continue;
                 }
-                if heading.is_empty() {
-                    heading = h.trim_start_matches('#').trim().to_string();
-                    body.clear();
+                if !in_code {
+                    body.push_str(line);
+                    body.push('\n');
                 }
-                continue;
             }
-            if line.starts_with("```") {
-                if !body.trim().is_empty() {
-                    break;
-                }
-                in_code = !in_code;
-                continue;
+            if !body.trim().is_empty() {
+                break;
             }
-            if in_code {
-                continue;
-            }
-            body.push_str(line);
-            body.push('\n');
         }
         let body = body.trim();
         if body.is_empty() {
             return None;
         }
-        Some(ContextChunk {
-            path: format!("{subject}/{}", path.file_name()?.to_str()?),
-            heading,
-            text: crate::text::clip(body, max_chars),
-            score: 1.0,
-        })
+        let mut lead = sections.into_iter().nth(start)?;
+        lead.text = crate::text::clip(body, max_chars);
+        lead.score = 1.0;
+        Some(lead)
     }
 }
 

@@ -355,13 +355,22 @@ async fn think(
     } else {
         (None, answer.content.trim().to_string())
     };
-    // What the checks change is recorded on the message, for whoever shows it.
+    // What the checks change is recorded on the message, for whoever shows it; several
+    // edits of one kind are listed together.
     let mut edits: Vec<(&str, String)> = Vec::new();
+    let mut edit =
+        |key: &'static str, value: String| match edits.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => {
+                v.push_str("; ");
+                v.push_str(&value);
+            }
+            None => edits.push((key, value)),
+        };
     if answer.finish_reason.as_deref() == Some("length") {
         // Cut off by the token limit: end at the last full sentence.
         let whole = text::whole_sentences(&said);
         if whole != said {
-            edits.push(("cut", "at the last full sentence".into()));
+            edit("cut", "at the last full sentence".into());
         }
         said = whole;
     }
@@ -380,7 +389,7 @@ async fn think(
     // A loop or a garbled sentence ends the answer there, when what comes before stands.
     let (before, degenerated) = text::before_degenerate(&said);
     if degenerated && unusable(&before).is_none() {
-        edits.push(("cut", "where it started repeating itself".into()));
+        edit("cut", "where it started repeating itself".into());
         said = before;
     }
     // What this turn's tools returned: the only sources an answer may state facts from.
@@ -399,7 +408,7 @@ async fn think(
     if !allowed.is_empty() {
         let (kept, dropped) = text::split_invented_names(&said, &allowed);
         if !dropped.is_empty() {
-            edits.push(("removed", dropped.join(", ")));
+            edit("removed", dropped.join(", "));
         }
         said = kept;
     }
@@ -410,13 +419,13 @@ async fn think(
         if let Some((i, sentence)) = text::unbacked_sentence(&said, &allowed) {
             if i > 0 {
                 let kept: String = text::sentence_pieces(&said)[..i].concat();
-                edits.push((
+                edit(
                     "cut",
                     format!(
                         "at a sentence the notes do not back: \"{}\"",
                         clip(&sentence, 80)
                     ),
-                ));
+                );
                 said = kept.trim_end().to_string();
             } else {
                 unbacked = Some(format!(
@@ -435,18 +444,7 @@ async fn think(
             .flatten()
     });
     let mut reply = Message::ai(said.clone());
-    // Several edits of one kind are listed together.
-    let mut merged: Vec<(&str, String)> = Vec::new();
     for (key, value) in edits {
-        match merged.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => {
-                v.push_str("; ");
-                v.push_str(&value);
-            }
-            None => merged.push((key, value)),
-        }
-    }
-    for (key, value) in merged {
         reply = reply.with_metadata(key, value);
     }
     if let Some(why) = rejected {
@@ -526,6 +524,8 @@ async fn rag_search(sh: &Shared, s: &TutorState) -> Result<TutorStateUpdate, Nod
     let mut out = Vec::new();
     // The index is built (or refreshed) before the clock starts: the timeout is the search's.
     let ready = sh.course.retriever().await;
+    // "What is X?" where a note is named X: that note's opening comes first.
+    let lead = text::defined_name(question).and_then(|name| sh.course.lead(&s.subject, &name, 450));
     for tc in &ai.tool_calls {
         if tc.name != RAG_SEARCH {
             out.push(not_run(tc, RAG_SEARCH));
@@ -549,9 +549,6 @@ async fn rag_search(sh: &Shared, s: &TutorState) -> Result<TutorStateUpdate, Nod
             continue;
         }
         let limit = sh.settings.rag_timeout;
-        // "What is X?" where a note is named X: that note's opening comes first.
-        let lead =
-            text::defined_name(question).and_then(|name| sh.course.lead(&s.subject, &name, 450));
         let found = tokio::time::timeout(
             limit,
             sh.course.search(&s.subject, &query, sh.settings.rag_k),

@@ -365,6 +365,42 @@ fn cloze(
     }
 }
 
+/// The right options of `earlier` questions, normalised: no answer is asked for twice.
+fn right_answers(earlier: &[Question]) -> Vec<String> {
+    earlier
+        .iter()
+        .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
+        .collect()
+}
+
+/// The words of `s` as [`word_counts`] counts them: letters and inner hyphens.
+fn words_of(s: &str) -> impl Iterator<Item = &str> {
+    s.split(|c: char| !(c.is_alphabetic() || c == '-'))
+        .map(|w| w.trim_matches('-'))
+}
+
+/// A question built from the notes of `chunk`: a term blanked if it names one, else a word.
+fn question_built(
+    chunk: &ContextChunk,
+    terms: &[String],
+    counts: &std::collections::HashMap<String, usize>,
+    earlier: &[Question],
+) -> Option<Question> {
+    question_from_notes(chunk, terms, earlier, earlier.len())
+        .or_else(|| question_from_words(chunk, counts, earlier, earlier.len()))
+}
+
+/// Adds the key terms of `texts` to `terms`, each once.
+fn add_terms<'a>(terms: &mut Vec<String>, texts: impl IntoIterator<Item = &'a str>) {
+    for text in texts {
+        for t in key_terms(text) {
+            if !terms.iter().any(|x| norm(x) == norm(&t)) {
+                terms.push(t);
+            }
+        }
+    }
+}
+
 /// A question built from a term the notes define: the defining sentence with the term blanked
 /// out; the other options are other terms of the same notes.
 fn question_from_notes(
@@ -373,10 +409,7 @@ fn question_from_notes(
     earlier: &[Question],
     salt: usize,
 ) -> Option<Question> {
-    let used: Vec<String> = earlier
-        .iter()
-        .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
-        .collect();
+    let used = right_answers(earlier);
     let chunk_sentences = sentences(&chunk.text);
     for term in key_terms(&chunk.text) {
         if used.contains(&norm(&term)) {
@@ -456,8 +489,8 @@ const PLAIN_WORDS: &[&str] = &[
 pub fn word_counts(material: &str) -> std::collections::HashMap<String, usize> {
     let mut counts = std::collections::HashMap::new();
     for s in sentences(material) {
-        for w in s.split(|c: char| !(c.is_alphabetic() || c == '-')) {
-            let w = w.trim_matches('-').to_lowercase();
+        for w in words_of(&s) {
+            let w = w.to_lowercase();
             if w.chars().count() >= 6 && !PLAIN_WORDS.contains(&w.as_str()) {
                 *counts.entry(w).or_insert(0) += 1;
             }
@@ -476,20 +509,14 @@ fn question_from_words(
     earlier: &[Question],
     salt: usize,
 ) -> Option<Question> {
-    let used: Vec<String> = earlier
-        .iter()
-        .map(|q| norm(&q.options[(q.answer as u8 - b'A') as usize]))
-        .collect();
+    let used = right_answers(earlier);
     let used_evidence: Vec<String> = earlier.iter().map(|q| norm(&q.evidence)).collect();
     for sentence in sentences(&chunk.text) {
         let sentence = sentence.replace('`', "");
         if !askable(&sentence, 8) || used_evidence.contains(&norm(&sentence)) {
             continue;
         }
-        let words: Vec<&str> = sentence
-            .split(|c: char| !(c.is_alphabetic() || c == '-'))
-            .map(|w| w.trim_matches('-'))
-            .collect();
+        let words: Vec<&str> = words_of(&sentence).collect();
         let Some(blank) = words
             .iter()
             .filter(|w| {
@@ -540,23 +567,11 @@ fn question_from_words(
 async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError> {
     let n = s.num_questions.max(1) as usize;
     let mut all_terms: Vec<String> = Vec::new();
-    for c in &s.context {
-        for t in key_terms(&c.text) {
-            if !all_terms.iter().any(|x| norm(x) == norm(&t)) {
-                all_terms.push(t);
-            }
-        }
-    }
+    add_terms(&mut all_terms, s.context.iter().map(|c| c.text.as_str()));
     // Too few terms in the retrieved passages for distractors: take the subject's other notes.
     if all_terms.len() < 4 {
         if let Ok(more) = d.course.search(&s.subject, "terms", 8).await {
-            for c in more {
-                for t in key_terms(&c.text) {
-                    if !all_terms.iter().any(|x| norm(x) == norm(&t)) {
-                        all_terms.push(t);
-                    }
-                }
-            }
+            add_terms(&mut all_terms, more.iter().map(|c| c.text.as_str()));
         }
     }
     // The subject's words, for questions from material that defines no terms.
@@ -573,9 +588,7 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
     let opts = GenerateOptions::greedy()
         .max_tokens(160)
         .json_schema("question", schema);
-    // Passages that name the topic first (by score within each group): retrieval also
-    // returns neighbours that are about something else.
-    // Three letters count here: TCP, UDP, DNS.
+    // The topic's words; three letters count here: TCP, UDP, DNS.
     let topic_words: Vec<String> = norm(&s.topic)
         .split(' ')
         .filter(|w| w.len() >= 3)
@@ -630,9 +643,7 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
             }
             Err(why) => {
                 tracing::info!(reason = %why, "model's quiz question rejected; building one from the notes");
-                if let Some(q) = question_from_notes(chunk, &all_terms, &questions, questions.len())
-                    .or_else(|| question_from_words(chunk, &counts, &questions, questions.len()))
-                {
+                if let Some(q) = question_built(chunk, &all_terms, &counts, &questions) {
                     questions.push(q);
                 }
             }
@@ -655,13 +666,8 @@ async fn write(d: &QuizDeps, s: &QuizState) -> Result<QuizStateUpdate, NodeError
                 && !project_section(&c.heading)
         }) {
             while questions.len() < n {
-                let next = question_from_notes(chunk, &all_terms, &questions, questions.len())
-                    .or_else(|| question_from_words(chunk, &counts, &questions, questions.len()));
-                match next {
-                    Some(mut q) => {
-                        q.source = chunk.source();
-                        questions.push(q);
-                    }
+                match question_built(chunk, &all_terms, &counts, &questions) {
+                    Some(q) => questions.push(q),
                     None => break,
                 }
             }

@@ -190,24 +190,13 @@ pub fn sentences(text: &str) -> Vec<String> {
     let mut all = Vec::new();
     for para in out.split(|l| l.is_empty()) {
         let p = para.join(" ");
-        let mut cur = String::new();
-        let chars: Vec<char> = p.chars().collect();
-        for (i, &c) in chars.iter().enumerate() {
-            cur.push(c);
-            let end =
-                matches!(c, '.' | '?' | '!') && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
-            if end {
-                let s = cur.trim().to_string();
-                if !s.is_empty() {
-                    all.push(s);
-                }
-                cur.clear();
-            }
-        }
-        let s = cur.trim().to_string();
-        if !s.is_empty() {
-            all.push(s);
-        }
+        all.extend(
+            sentence_pieces(&p)
+                .into_iter()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        );
     }
     all
 }
@@ -596,7 +585,8 @@ pub fn invented_identifier(answer: &str, sources: &str) -> Option<String> {
     None
 }
 
-/// Words too common in explanations to show that a sentence comes from its sources.
+/// Words too common in explanations to show that a sentence comes from its sources (besides
+/// [`QUESTION_WORDS`], which are left out too).
 const EXPLAINING_WORDS: &[&str] = &[
     "also",
     "allows",
@@ -632,7 +622,6 @@ const EXPLAINING_WORDS: &[&str] = &[
     "based",
     "help",
     "helps",
-    "that",
     "designed",
     "called",
     "known",
@@ -645,26 +634,8 @@ const EXPLAINING_WORDS: &[&str] = &[
     "these",
     "those",
     "being",
-    "into",
-    "where",
-    "when",
-    "what",
-    "which",
-    "there",
-    "their",
-    "they",
-    "them",
-    "this",
-    "with",
-    "from",
-    "have",
     "has",
     "been",
-    "will",
-    "would",
-    "could",
-    "should",
-    "your",
     "type",
     "kind",
     "thing",
@@ -761,7 +732,7 @@ pub fn strip_scaffolding(answer: &str) -> String {
 pub fn before_degenerate(answer: &str) -> (String, bool) {
     let mut kept = String::new();
     let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut seen_pieces: Vec<String> = Vec::new();
+    let mut seen_pieces: std::collections::HashSet<String> = std::collections::HashSet::new();
     for piece in sentence_pieces(answer) {
         let words: Vec<String> = norm_words(piece)
             .split(' ')
@@ -776,8 +747,8 @@ pub fn before_degenerate(answer: &str) -> (String, bool) {
         // thirty words comparing TCP and UDP is prose.
         let loops = counts.values().any(|n| *n >= 3 && n * 5 >= words.len());
         let grams: Vec<String> = words.windows(4).map(|w| w.join(" ")).collect();
-        let again = !words.is_empty() && seen_pieces.contains(&words.join(" "));
-        seen_pieces.push(words.join(" "));
+        // `insert` is false for a sentence seen before.
+        let again = !seen_pieces.insert(words.join(" ")) && !words.is_empty();
         let repeats = again || grams.iter().any(|g| seen.contains(g));
         let junk = words.len() >= 3 && unusable(piece).is_some_and(|w| !w.starts_with("too short"));
         if loops || repeats || junk {
