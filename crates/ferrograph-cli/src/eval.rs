@@ -38,12 +38,12 @@ pub struct EvalOptions {
 }
 
 /// A model under evaluation.
-struct EvalModel {
-    label: String,
-    model: Option<Arc<dyn ChatModel>>,
+pub(crate) struct EvalModel {
+    pub(crate) label: String,
+    pub(crate) model: Option<Arc<dyn ChatModel>>,
 }
 
-fn resolve_model(spec: &str) -> Result<EvalModel> {
+pub(crate) fn resolve_model(spec: &str) -> Result<EvalModel> {
     if spec == "none" {
         return Ok(EvalModel {
             label: "none (evidence and retrieval only)".into(),
@@ -81,20 +81,42 @@ fn eval_cache() -> PathBuf {
 /// Downloads (or finds in the cache) and unpacks a case's buggy release; returns the
 /// package's root folder.
 fn prepare(client: &ferrograph_fetch::Client, case: &EvalCase, quiet: bool) -> Result<PathBuf> {
-    let cache = eval_cache();
-    let archive = cache.join("downloads").join(&case.artifact_file);
+    fetch_package(
+        client,
+        &eval_cache(),
+        &case.artifact_url,
+        &case.artifact_file,
+        Some(&case.sha256),
+        &case.id,
+        quiet,
+    )
+    .with_context(|| format!("case {}", case.id))
+}
+
+/// Downloads `url` (or finds it in `cache`/downloads as `file`, checked against `sha256`) and
+/// unpacks it once into `cache`/src/`name`; returns the package's root folder.
+pub(crate) fn fetch_package(
+    client: &ferrograph_fetch::Client,
+    cache: &Path,
+    url: &str,
+    file: &str,
+    sha256: Option<&str>,
+    name: &str,
+    quiet: bool,
+) -> Result<PathBuf> {
+    let archive = cache.join("downloads").join(file);
     client
         .download(
-            &case.artifact_url,
+            url,
             &archive,
-            Some(&case.sha256),
+            sha256,
             ferrograph_fetch::Progress::quiet_if(quiet),
         )
-        .with_context(|| format!("case {}: downloading {}", case.id, case.artifact_url))?;
-    let dest = cache.join("src").join(&case.id);
+        .with_context(|| format!("downloading {url}"))?;
+    let dest = cache.join("src").join(name);
     if !dest.is_dir() {
         ferrograph_fetch::unpack(&archive, &dest)
-            .with_context(|| format!("case {}: unpacking {}", case.id, archive.display()))?;
+            .with_context(|| format!("unpacking {}", archive.display()))?;
     }
     Ok(package_root(&dest))
 }

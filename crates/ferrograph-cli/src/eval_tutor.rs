@@ -11,7 +11,6 @@
 //!   letter given, and each right answer is in that crate's README.
 
 use anyhow::{bail, Context, Result};
-use ferrograph::chat::ChatModel;
 use ferrograph::core::Role;
 use ferrograph::prelude::*;
 use ferrograph::runtime::{JsonInput, Workflow};
@@ -25,19 +24,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// What `ferrograph eval tutor` was asked to do.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TutorEvalOptions {
-    /// The crate list.
+    /// The crate list (see tests/eval/tutor-crates.toml).
+    #[arg(long, default_value = "tests/eval/tutor-crates.toml")]
     pub crates: PathBuf,
     /// The chat model: a manifest name or a GGUF path.
+    #[arg(long, default_value = ferrograph_llm::manifest::DEFAULT_CHAT_MODEL)]
     pub model: String,
-    /// Only these crates (all when empty).
+    /// Only this crate (repeatable).
+    #[arg(long = "crate")]
     pub only: Vec<String>,
-    /// Only the crates marked `smoke`.
+    /// Only the crates marked `smoke` (three; what CI runs).
+    #[arg(long)]
     pub smoke: bool,
-    /// Where results and the table go.
+    /// Output folder: results.json and summary.md.
+    #[arg(long, default_value = "eval-tutor")]
     pub out: PathBuf,
-    /// No progress bars.
+    /// No download progress bars.
+    #[arg(long, short)]
     pub quiet: bool,
 }
 
@@ -91,24 +96,15 @@ struct CrateResult {
 fn fetch(client: &ferrograph_fetch::Client, spec: &CrateSpec, quiet: bool) -> Result<Package> {
     let file = ferrograph_fetch::crate_file_checked(client, &spec.name, &spec.version)
         .with_context(|| format!("looking up {} {} on crates.io", spec.name, spec.version))?;
-    let cache = ferrograph_fetch::cache_dir().join("eval-tutor");
-    let archive = cache.join("downloads").join(&file.filename);
-    client
-        .download(
-            &file.url,
-            &archive,
-            file.sha256.as_deref(),
-            ferrograph_fetch::Progress::quiet_if(quiet),
-        )
-        .with_context(|| format!("downloading {}", file.url))?;
-    let dest = cache
-        .join("src")
-        .join(format!("{}-{}", spec.name, spec.version));
-    if !dest.is_dir() {
-        ferrograph_fetch::unpack(&archive, &dest)
-            .with_context(|| format!("unpacking {}", archive.display()))?;
-    }
-    let root = dest.join(format!("{}-{}", spec.name, spec.version));
+    let root = crate::eval::fetch_package(
+        client,
+        &ferrograph_fetch::cache_dir().join("eval-tutor"),
+        &file.url,
+        &file.filename,
+        file.sha256.as_deref(),
+        &format!("{}-{}", spec.name, spec.version),
+        quiet,
+    )?;
     let manifest: toml::Value = toml::from_str(
         &std::fs::read_to_string(root.join("Cargo.toml"))
             .with_context(|| format!("{}: no Cargo.toml", spec.name))?,
@@ -194,23 +190,17 @@ pub async fn run(opts: &TutorEvalOptions) -> Result<()> {
     for spec in &specs {
         packages.push(fetch(&client, spec, opts.quiet)?);
     }
-    let model_path = if opts.model.ends_with(".gguf") {
-        PathBuf::from(&opts.model)
-    } else {
-        ferrograph_llm::manifest::ensure_model(&opts.model)?
+    let Some(llm) = crate::eval::resolve_model(&opts.model)?.model else {
+        bail!("the tutor needs a chat model: `none` is not one");
     };
-    let llm: Arc<dyn ChatModel> = Arc::new(ferrograph_llm::LocalChatModel::new(model_path));
     std::fs::create_dir_all(&opts.out)?;
-    let work = opts.out.join("work");
-    write_course(&work.join("course"), &packages)?;
     let ws = ferrograph::WorkflowSettings {
-        data_dir: work.clone(),
+        data_dir: opts.out.join("work"),
         llm: Some(llm),
         ..Default::default()
     };
-    let mut settings = TutorSettings::from_workflow_settings(&ws);
-    settings.course_dir = work.join("course");
-    settings.index_dir = work.join("index");
+    let settings = TutorSettings::from_workflow_settings(&ws);
+    write_course(&settings.course_dir, &packages)?;
     let rt = Runtime::new().await?;
     let wf = TutorWorkflow::load(
         &rt,

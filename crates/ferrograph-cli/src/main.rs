@@ -230,26 +230,7 @@ enum EvalCommand {
     },
     /// The tutor on material we did not write: public crates' READMEs (downloaded from
     /// crates.io) as one subject; per crate "What is NAME?" and a two-question quiz, judged.
-    Tutor {
-        /// The crate list (see tests/eval/tutor-crates.toml).
-        #[arg(long, default_value = "tests/eval/tutor-crates.toml")]
-        crates: PathBuf,
-        /// The chat model: a manifest name or a GGUF path.
-        #[arg(long, default_value = ferrograph_llm::manifest::DEFAULT_CHAT_MODEL)]
-        model: String,
-        /// Only this crate (repeatable).
-        #[arg(long = "crate")]
-        only: Vec<String>,
-        /// Only the crates marked `smoke` (three; what CI runs).
-        #[arg(long)]
-        smoke: bool,
-        /// Output folder: results.json and summary.md.
-        #[arg(long, default_value = "eval-tutor")]
-        out: PathBuf,
-        /// No download progress bars.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Tutor(eval_tutor::TutorEvalOptions),
 }
 
 #[derive(Subcommand, Debug)]
@@ -1293,25 +1274,9 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Eval {
-            what:
-                EvalCommand::Tutor {
-                    crates,
-                    model,
-                    only,
-                    smoke,
-                    out,
-                    quiet,
-                },
+            what: EvalCommand::Tutor(opts),
         } => {
-            eval_tutor::run(&eval_tutor::TutorEvalOptions {
-                crates,
-                model,
-                only,
-                smoke,
-                out,
-                quiet,
-            })
-            .await?;
+            eval_tutor::run(&opts).await?;
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}

@@ -9,15 +9,20 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn the_smoke_evaluation_computes_every_measure() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+fn repo_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `ferrograph eval WHAT --smoke --quiet` from the repository root with its own data
+/// folder; returns the temporary folder (the report is `report/` in it) and the output.
+fn smoke_eval(what: &str) -> (tempfile::TempDir, String) {
+    let root = repo_root();
     let out = tempfile::tempdir().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_ferrograph"))
         .current_dir(&root)
         .env_remove("FERROGRAPH_CONFIG")
         .env("FERROGRAPH_DATA_DIR", out.path().join("data"))
-        .args(["eval", "triage", "--smoke", "--quiet", "--out"])
+        .args(["eval", what, "--smoke", "--quiet", "--out"])
         .arg(out.path().join("report"))
         .output()
         .unwrap();
@@ -27,6 +32,13 @@ fn the_smoke_evaluation_computes_every_measure() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(o.status.success(), "{log}");
+    (out, log)
+}
+
+#[test]
+fn the_smoke_evaluation_computes_every_measure() {
+    let root = repo_root();
+    let (out, log) = smoke_eval("triage");
     let report = out.path().join("report");
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap())
@@ -94,22 +106,7 @@ fn the_smoke_evaluation_computes_every_measure() {
 /// the full evaluation's business, and is only required to be computed.
 #[test]
 fn the_tutor_smoke_evaluation_judges_answers_and_quizzes_on_real_readmes() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = tempfile::tempdir().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_ferrograph"))
-        .current_dir(&root)
-        .env_remove("FERROGRAPH_CONFIG")
-        .env("FERROGRAPH_DATA_DIR", out.path().join("data"))
-        .args(["eval", "tutor", "--smoke", "--quiet", "--out"])
-        .arg(out.path().join("report"))
-        .output()
-        .unwrap();
-    let log = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{log}");
+    let (out, log) = smoke_eval("tutor");
     let report = out.path().join("report");
     let results: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap())

@@ -12,7 +12,7 @@ use ferrograph_llm::{
     ChatModel, GenerateOptions, LlmError, LoadOptions, LocalChatModel, PromptInput, TokenSink,
 };
 use futures::future::BoxFuture;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 fn model_path() -> Option<PathBuf> {
@@ -260,6 +260,20 @@ async fn chat_prompt_tokens_match_llama_cpp() {
     assert_eq!(ids, llama_cpp);
 }
 
+/// A model keeping `entries` prefix snapshots, and one keeping none (the reference).
+fn cached_and_uncached(path: &Path, entries: usize) -> (LocalChatModel, LocalChatModel) {
+    let with = |prefix_cache_entries| {
+        LocalChatModel::with_options(
+            path,
+            LoadOptions {
+                prefix_cache_entries,
+                ..LoadOptions::default()
+            },
+        )
+    };
+    (with(entries), with(0))
+}
+
 #[tokio::test]
 async fn shared_system_prompt_is_reused_and_gives_the_same_answer() {
     let Some(path) = model_path() else { return };
@@ -269,20 +283,7 @@ async fn shared_system_prompt_is_reused_and_gives_the_same_answer() {
     );
     let opts = GenerateOptions::greedy().max_tokens(12);
     // Its own actor (other load options), so that concurrent tests cannot evict the prefix.
-    let cached = LocalChatModel::with_options(
-        &path,
-        LoadOptions {
-            prefix_cache_entries: 3,
-            ..LoadOptions::default()
-        },
-    );
-    let uncached = LocalChatModel::with_options(
-        &path,
-        LoadOptions {
-            prefix_cache_entries: 0,
-            ..LoadOptions::default()
-        },
-    );
+    let (cached, uncached) = cached_and_uncached(&path, 3);
     let q1 = [system.clone(), Message::human("What is a changelog?")];
     let q2 = [system.clone(), Message::human("What is a commit?")];
     let first = cached.invoke(&q1, &opts, None).await.unwrap();
@@ -298,25 +299,12 @@ async fn shared_system_prompt_is_reused_and_gives_the_same_answer() {
 #[tokio::test]
 async fn a_next_turn_that_shares_only_the_start_reuses_it_and_gives_the_same_answer() {
     let Some(path) = model_path() else { return };
-    // The system message embeds what varies (as a tutor's does), so the system prompt alone
-    // is never a prefix of the next call: only a rewound cache can serve it.
+    // The last message carries what varies (as the tutor's does): the cached system prompt
+    // alone is under 40 tokens, and only a rewound cache serves the earlier turn too.
     let opts = GenerateOptions::greedy().max_tokens(12);
     // Its own actor: models are shared by file and load options, and the default options
     // (4 entries) are other tests', whose calls would evict these entries.
-    let cached = LocalChatModel::with_options(
-        &path,
-        LoadOptions {
-            prefix_cache_entries: 5,
-            ..LoadOptions::default()
-        },
-    );
-    let uncached = LocalChatModel::with_options(
-        &path,
-        LoadOptions {
-            prefix_cache_entries: 0,
-            ..LoadOptions::default()
-        },
-    );
+    let (cached, uncached) = cached_and_uncached(&path, 5);
     let turn = |note: &str, q: &str| {
         [
             Message::system(
