@@ -183,6 +183,7 @@ pub(crate) async fn chat(
             break;
         }
         let _ = rl.add_history_entry(text);
+        let mut carries_subject = false;
         let input = match pending.take() {
             Some(_) if !text.starts_with('/') => JsonInput::Resume(Resume::value(json!(text))),
             _ => {
@@ -190,6 +191,7 @@ pub(crate) async fn chat(
                 let mut v = json!({ "message": text });
                 if let Some(s) = send_subject.take() {
                     v["subject"] = json!(s);
+                    carries_subject = true;
                 }
                 JsonInput::Update(v)
             }
@@ -206,6 +208,17 @@ pub(crate) async fn chat(
                 if let Ok(snap) = entry.workflow.get_state(&thread, None).await {
                     pending = snap.interrupts.first().map(|i| i.value.0.clone());
                 }
+            }
+            // The subject refused (one the course does not have): no turn of this
+            // conversation can run, so it ends with the error (and a non-zero exit).
+            Err(e)
+                if carries_subject
+                    && matches!(
+                        e.downcast_ref::<RunError>(),
+                        Some(RunError::InvalidInput(_))
+                    ) =>
+            {
+                return Err(e);
             }
             Err(e) => eprintln!("error: {e:#}"),
         }

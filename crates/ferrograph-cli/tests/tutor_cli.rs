@@ -166,3 +166,25 @@ fn a_workflow_gets_its_own_model_from_the_configuration() {
         text(&out)
     );
 }
+
+#[test]
+fn a_chat_on_a_subject_the_course_does_not_have_exits_non_zero_naming_the_subjects() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = cmd(dir.path())
+        .args(["chat", "tutor", "--subject", "chemistry"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"What is TCP?\nWhat is UDP?\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains("unknown subject `chemistry`"), "{log}");
+    assert!(log.contains("databases, networks"), "{log}");
+}
