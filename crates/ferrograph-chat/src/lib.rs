@@ -13,10 +13,13 @@
 //! - Combinators: [`RetryModel`] (a [`RetryPolicy`] with backoff and `Retry-After`),
 //!   [`FallbackModel`] ([`ChatModelExt::with_fallbacks`]), [`invoke_all`] and
 //!   [`parallel!`] for concurrent sub-calls.
+//! - [`agent::AgentLlm`]: an agent's structured, text and tool calls with retry and fallback,
+//!   each recorded as an [`agent::LlmCall`].
 //! - [`LlmError`]: every way a model call fails, with [`LlmError::is_retryable`].
 //! - With the `testing` feature, `testing::ScriptedModel`: a model answering from a script,
 //!   for tests of the logic around a model.
 
+pub mod agent;
 pub mod error;
 pub mod fallback;
 pub mod model;

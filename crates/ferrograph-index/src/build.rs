@@ -101,6 +101,31 @@ pub fn module_of(rel: &str) -> String {
     }
 }
 
+/// A folder name for the index of `folder`: its last component (letters, digits, `-`, `_`)
+/// and a hash of its absolute path, so that two folders with one name get two indexes.
+pub fn index_name(folder: &Path) -> String {
+    let name: String = folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // FNV-1a: stable across builds and platforms, unlike the standard library's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in folder.to_string_lossy().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{name}-{h:016x}")
+}
+
 /// Files under `root` worth indexing (known languages), sorted, as (absolute, relative)
 /// paths. Hidden entries, symlinks and `skip_dirs` are not followed.
 pub fn collect_files(root: &Path, opts: &BuildOptions) -> Result<Vec<(PathBuf, String)>> {

@@ -24,14 +24,18 @@
 //!   the workflow writes the full event trace to `events.jsonl` beside them.
 //!
 //! Every model call is structured (constrained on local models), retried only on retryable
-//! errors, then given one fallback (see [`llm`]). Run it with
+//! errors, then given one fallback (see [`llm`], the chat crate's `agent` module). Run it with
 //! `ferrograph run triage --issue FILE --repo DIR [--docs DIR] [--out DIR]`.
 
 pub mod agents;
 pub mod check;
 pub mod eval;
 pub mod evidence;
-pub mod llm;
+/// The agents' model calls: the chat crate's [`ferrograph::chat::agent`], shared with the
+/// other workflows.
+pub mod llm {
+    pub use ferrograph::chat::agent::{constrain_to, AgentLlm};
+}
 pub mod models;
 pub mod report;
 pub mod retrieval;

@@ -4,24 +4,14 @@
 
 use super::evidence::Evidence;
 use ferrograph_index::{
-    index_dir, reciprocal_rank_fusion, BertEmbedder, BuildOptions, BuildProgress, EmbedOptions,
-    Embedder, Hit, Index, IndexConfig, LexicalIndex, Query, Retriever,
+    index_dir, reciprocal_rank_fusion, BuildOptions, BuildProgress, Embedder, Hit, Index,
+    IndexConfig, LexicalIndex, Query, Retriever,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Makes the embedder (tests may swap in a cheaper one).
-pub type EmbedderFactory = Arc<dyn Fn() -> Result<Arc<dyn Embedder>, String> + Send + Sync>;
-
-/// The default embedder: all-MiniLM-L6-v2 from `models/`.
-pub fn minilm() -> EmbedderFactory {
-    Arc::new(|| {
-        BertEmbedder::default_model(EmbedOptions::default())
-            .map(|e| Arc::new(e) as Arc<dyn Embedder>)
-            .map_err(|e| e.to_string())
-    })
-}
+pub use ferrograph_index::embed::{minilm, EmbedderFactory};
 
 /// One retrieved code chunk.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,26 +59,7 @@ impl Retrieval {
 
     /// Where the index of `folder` lives.
     pub fn index_path(&self, folder: &Path) -> PathBuf {
-        let name: String = folder
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "root".into())
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        // FNV-1a of the absolute path: two folders with one name get two indexes.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in folder.to_string_lossy().bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.root.join(format!("{name}-{h:016x}"))
+        self.root.join(ferrograph_index::build::index_name(folder))
     }
 
     async fn embedder(&self) -> Result<Arc<dyn Embedder>, String> {

@@ -30,28 +30,7 @@ pub mod agent {
     pub const ALL: [&str; 5] = [INVESTIGATOR, WEB_SEARCH, CODEBASE_SEARCH, CRITIC, WRITER];
 }
 
-/// One model call of an agent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LlmCall {
-    /// What the call was for (`hypothesis`, `tool_request`, `synthesis`, `report`, …).
-    pub purpose: String,
-    /// The model that answered.
-    pub model: String,
-    /// Whether the fallback model answered.
-    pub used_fallback: bool,
-    /// Attempts on the primary model (retries included).
-    pub attempts: u32,
-    /// Prompt tokens.
-    pub prompt_tokens: u32,
-    /// Prompt tokens served from the prefix cache.
-    pub cached_prompt_tokens: u32,
-    /// Generated tokens.
-    pub completion_tokens: u32,
-    /// Wall time.
-    pub duration_ms: u64,
-    /// Why it failed, if it did.
-    pub error: Option<String>,
-}
+pub use ferrograph::chat::agent::LlmCall;
 
 /// One run of an agent node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

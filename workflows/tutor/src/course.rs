@@ -9,8 +9,7 @@
 use crate::state::ContextChunk;
 use ferrograph_index::build::{chunk_file, content_hash, embedding_text};
 use ferrograph_index::{
-    BertEmbedder, BuildOptions, DocumentUpdate, EmbedOptions, Embedder, Filter, Index, IndexConfig,
-    NewChunk, Query, Retriever,
+    BuildOptions, DocumentUpdate, Embedder, Filter, Index, IndexConfig, NewChunk, Query, Retriever,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -183,17 +182,7 @@ pub fn material(dir: &Path, subject: &str) -> String {
         .join("\n")
 }
 
-/// Makes the embedder (tests swap in a cheap one).
-pub type EmbedderFactory = Arc<dyn Fn() -> Result<Arc<dyn Embedder>, String> + Send + Sync>;
-
-/// all-MiniLM-L6-v2 from `models/`.
-pub fn minilm() -> EmbedderFactory {
-    Arc::new(|| {
-        BertEmbedder::default_model(EmbedOptions::default())
-            .map(|e| Arc::new(e) as Arc<dyn Embedder>)
-            .map_err(|e| e.to_string())
-    })
-}
+pub use ferrograph_index::embed::{minilm, EmbedderFactory};
 
 /// The course index, opened (and brought up to date) once per process.
 pub struct CourseIndex {

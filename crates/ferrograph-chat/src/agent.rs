@@ -1,22 +1,46 @@
-//! Every model call of the triage agents goes through [`AgentLlm`]: the primary model with
-//! retries on retryable errors only (rate limits, overload, time-outs; never schema or
-//! validation errors), then one fallback call (a second configured model, or the same model
+//! An agent's model calls, the way the workflows make them: [`AgentLlm`] calls the primary
+//! model with retries on retryable errors only (rate limits, overload, time-outs; never schema
+//! or validation errors), then one fallback call (a second configured model, or the same model
 //! with another sampling configuration) that is not retried (seed 001's
-//! `.with_retry(...).with_fallbacks([...])`). Each call is recorded as an [`LlmCall`].
+//! `.with_retry(...).with_fallbacks([...])`). Each call is recorded as an [`LlmCall`], which a
+//! workflow keeps in its state.
 
-use super::state::LlmCall;
-use ferrograph::chat::default_fallback_on;
-use ferrograph::chat::schema_hint;
-use ferrograph::chat::{
+use crate::fallback::default_fallback_on;
+use crate::model::schema_hint;
+use crate::{
     parse_structured, run_with_retry, ChatModel, GenerateOptions, LlmError, ResponseFormat,
     RetryPolicy, TokenSink, ToolChoice,
 };
-use ferrograph::core::message::{Message, ToolSpec};
+use ferrograph_core::message::{Message, ToolSpec};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// One model call of an agent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmCall {
+    /// What the call was for (`hypothesis`, `classify`, `changes`, …).
+    pub purpose: String,
+    /// The model that answered.
+    pub model: String,
+    /// Whether the fallback model answered.
+    pub used_fallback: bool,
+    /// Attempts on the primary model (retries included).
+    pub attempts: u32,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+    /// Wall time.
+    pub duration_ms: u64,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
 
 /// The models and options of the agents' calls.
 #[derive(Clone)]
@@ -309,7 +333,7 @@ fn fallback_error(primary: &LlmError, fallback: LlmError) -> LlmError {
 fn with_instruction(messages: &[Message], instruction: &str) -> Vec<Message> {
     let mut msgs = messages.to_vec();
     match msgs.last_mut() {
-        Some(m) if m.role != ferrograph::core::message::Role::System => {
+        Some(m) if m.role != ferrograph_core::message::Role::System => {
             m.content = format!("{}\n\n{instruction}", m.content);
         }
         _ => msgs.push(Message::human(instruction)),

@@ -1,0 +1,140 @@
+//! The prompts, short enough for a 135M model: the system message is the same for every
+//! call (so its prefill is cached once), each task says what to produce and shows only what
+//! it needs; the JSON shape is appended by the structured call.
+
+use crate::repo::Module;
+use crate::state::{Chunk, TicketPrState};
+use crate::ticket::TicketType;
+
+/// The system message of every call.
+pub fn system(repo_name: &str) -> String {
+    format!(
+        "You are a careful software engineer on the {repo_name} repository. You make the smallest change that does what the ticket asks, in the style of the existing code, and you answer with JSON only."
+    )
+}
+
+fn ticket_lines(s: &TicketPrState) -> String {
+    let t = &s.ticket;
+    let kind = match t.ticket_type {
+        TicketType::Bug => "Bug",
+        TicketType::Story => "Story",
+    };
+    format!(
+        "Ticket {}: {}\nType: {kind}\nDescription: {}",
+        t.key,
+        t.summary,
+        t.description.trim()
+    )
+}
+
+/// Classify the ticket (seed node 2).
+pub fn classify(s: &TicketPrState) -> String {
+    format!(
+        "Classify this ticket. Bug: something that worked is broken. Story: something new is asked for.\n\n{}",
+        ticket_lines(s)
+    )
+}
+
+/// Pick the modules (seed node 3).
+pub fn identify_modules(s: &TicketPrState, modules: &[Module]) -> String {
+    let list: String = modules
+        .iter()
+        .map(|m| format!("- {}: {}\n", m.name, m.description))
+        .collect();
+    format!(
+        "Which modules of the repository must change for this ticket?\n\n{}\n\nModules:\n{list}\nRules:\n1. A bug in the service layer: only the module with the service (and its tests).\n2. A story that adds a field: every module that carries the field (domain, API, end-to-end tests).\n3. Never include a module that does not need to change.",
+        ticket_lines(s)
+    )
+}
+
+/// Files shown whole to the code generator, and excerpts of the rest, within `budget`
+/// characters.
+pub fn code_context(files: &[(String, String)], chunks: &[Chunk], budget: usize) -> String {
+    let mut out = String::new();
+    for (path, text) in files {
+        if out.len() + text.len() > budget && !out.is_empty() {
+            break;
+        }
+        out.push_str(&format!("// FILE: {path}\n{}\n\n", text.trim_end()));
+    }
+    for c in chunks {
+        if files.iter().any(|(p, _)| *p == c.file_path) {
+            continue;
+        }
+        if out.len() + c.text.len() > budget {
+            break;
+        }
+        out.push_str(&format!(
+            "// EXCERPT: {} lines {}-{}\n{}\n\n",
+            c.file_path,
+            c.start_line,
+            c.end_line,
+            c.text.trim_end()
+        ));
+    }
+    out
+}
+
+fn feedback_lines(s: &TicketPrState) -> String {
+    if s.feedback.is_empty() {
+        return String::new();
+    }
+    let previous: String = s
+        .all_changes()
+        .iter()
+        .map(|c| format!("- {}: {}\n", c.file_path, c.description))
+        .collect();
+    let asks: String = s.feedback.iter().map(|f| format!("- {f}\n")).collect();
+    format!(
+        "\nYour previous proposal:\n{previous}\nThe reviewer's feedback (do what it says):\n{asks}"
+    )
+}
+
+/// Generate the changes (seed node 5): a bug names its root cause, a story carries its
+/// acceptance criteria; both see the reviewer's feedback on a revision.
+pub fn generate_changes(s: &TicketPrState, context: &str) -> String {
+    let modules = s.affected_modules.join(", ");
+    match s.ticket.ticket_type {
+        TicketType::Bug => format!(
+            "Fix this bug.\n\n{}\n\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Find the exact root cause.\n2. Write the minimal fix; do not refactor unrelated code.\n3. Change only files in the modules {modules}; write each changed file complete.",
+            ticket_lines(s),
+            feedback_lines(s)
+        ),
+        TicketType::Story => {
+            let ac: String = s
+                .ticket
+                .acceptance_criteria
+                .iter()
+                .map(|a| format!("- {a}\n"))
+                .collect();
+            format!(
+                "Implement this story.\n\n{}\nACCEPTANCE CRITERIA:\n{ac}\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Meet every acceptance criterion.\n2. Follow the existing code's patterns.\n3. Keep it backward compatible.\n4. Change only files in the modules {modules}; write each changed file complete.",
+                ticket_lines(s),
+                feedback_lines(s)
+            )
+        }
+    }
+}
+
+/// Generate the tests (seed node 6), seeing the changes and an existing test file.
+pub fn generate_tests(s: &TicketPrState, existing_test: Option<(&str, &str)>) -> String {
+    let changes: String = s
+        .proposed_changes
+        .iter()
+        .map(|c| format!("- {}: {}\n", c.file_path, c.description))
+        .collect();
+    let changed_code: String = s
+        .proposed_changes
+        .iter()
+        .take(1)
+        .map(|c| format!("// FILE: {}\n{}\n", c.file_path, c.new_content.trim_end()))
+        .collect();
+    let test = match existing_test {
+        Some((path, text)) => format!("// FILE: {path}\n{}\n", text.trim_end()),
+        None => "No test file found.\n".into(),
+    };
+    format!(
+        "Write tests for these changes.\n\n{}\n\nCHANGES MADE:\n{changes}\n{changed_code}\nEXISTING TEST CODE:\n{test}\nWrite the complete test file: keep the existing tests and add tests of the change, in the same framework and style.",
+        ticket_lines(s)
+    )
+}
