@@ -12,6 +12,7 @@ mod fraud;
 mod index;
 mod print;
 mod progress;
+mod tickets;
 
 /// Graph runs allocate many small, short-lived objects; mimalloc handles them several times
 /// faster than the system allocator.
@@ -184,6 +185,16 @@ enum Command {
     Store {
         #[command(subcommand)]
         what: StoreCommand,
+    },
+    /// The ticket-to-pr workflow's tickets: the TaskMaster fixture, list, show (with comments).
+    Tickets {
+        #[command(subcommand)]
+        what: tickets::TicketsCommand,
+    },
+    /// The ticket-to-pr workflow's pull requests: list, show, diff.
+    Prs {
+        #[command(subcommand)]
+        what: tickets::PrsCommand,
     },
     /// The fraud workflow's dataset and stored investigations (cases, list, show, audit).
     Fraud {
@@ -570,8 +581,8 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
 /// model. The model is the provider that `FERROGRAPH_*` variables, then the config file,
 /// describe (a remote OpenAI-compatible server, or a local GGUF: the configured one or the
 /// manifest's default), so a workflow switches between local and remote by configuration.
-/// Every workflow the CLI ships: `demo` and `review` (no model or data), `fraud` and `triage`
-/// (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
+/// Every workflow the CLI ships: `demo` and `review` (no model or data), `fraud`, `triage`,
+/// `tutor` and `ticket-to-pr` (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
 async fn builtin_registry(
     runtime: &Runtime,
     saver: Arc<dyn CheckpointSaver>,
@@ -581,7 +592,8 @@ async fn builtin_registry(
     ferrograph_basics::register(&mut r, runtime, saver.clone()).await?;
     ferrograph_fraud::register(&mut r, runtime, saver.clone(), settings).await?;
     ferrograph_triage::register(&mut r, runtime, saver.clone(), settings).await?;
-    ferrograph_tutor::register(&mut r, runtime, saver, settings).await?;
+    ferrograph_tutor::register(&mut r, runtime, saver.clone(), settings).await?;
+    ferrograph_ticket_pr::register(&mut r, runtime, saver, settings).await?;
     Ok(r)
 }
 
@@ -1246,6 +1258,15 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             bundle::run(what)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Tickets { what } => {
+            tickets::run_tickets(what)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Prs { what } => {
+            let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+            tickets::run_prs(what, &config.data_dir)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Fraud { what } => {
             let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
             fraud::run(what, &config.data_dir)?;
@@ -1440,6 +1461,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         | Command::Models { .. }
         | Command::Index { .. }
         | Command::Fraud { .. }
+        | Command::Tickets { .. }
+        | Command::Prs { .. }
         | Command::Eval { .. }
         | Command::Bundle { .. } => Ok(ExitCode::SUCCESS),
     }

@@ -31,6 +31,8 @@ pub mod prompts;
 pub mod prs;
 pub mod repo;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod ticket;
 
 pub use error::TicketPrError;
@@ -470,10 +472,30 @@ fn candidate_sources(s: &TicketPrState, n: usize) -> Vec<String> {
     let selected = s.selected_modules();
     let in_scope =
         |p: &String| !repo::is_test_path(p) && selected.iter().any(|m| m.files.contains(p));
-    let mut out: Vec<String> = Vec::new();
-    for p in s
-        .affected_files
+    // Files the ticket or the classifier names (`TaskService.findOverdue` names
+    // TaskService.java) come first, then the picker's, then retrieval's.
+    let mut named_text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    if let Some(c) = &s.classification {
+        named_text.push(' ');
+        named_text.push_str(&c.affected_components.join(" "));
+    }
+    let words: std::collections::HashSet<&str> = named_text
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.len() > 2)
+        .collect();
+    let named: Vec<&String> = selected
         .iter()
+        .flat_map(|m| m.files.iter())
+        .filter(|p| {
+            Path::new(p)
+                .file_stem()
+                .is_some_and(|st| words.contains(st.to_string_lossy().as_ref()))
+        })
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for p in named
+        .into_iter()
+        .chain(s.affected_files.iter())
         .chain(s.retrieved_chunks.iter().map(|c| &c.file_path))
     {
         if in_scope(p)
