@@ -5,7 +5,8 @@
 # interrupt, approve it, see the thread reach `done`. Runs twice: without a token (EventSource)
 # and against a server that requires one (the console asks for it). Then the chat page
 # (tests/browser/chat.mjs) against the tutor: a streamed answer, a two-question quiz answered
-# with its buttons, a reload. Screenshots go to /tmp.
+# with its buttons, a reload. Then ticket-to-pr's review gate (tests/browser/ticket.mjs): the
+# unified diff rendered with coloured code, approved to a pull request. Screenshots go to /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,6 +58,10 @@ echo "== console test against $url"
 node tests/browser/test.mjs "$url"
 echo "== chat page test against $url"
 node tests/browser/chat.mjs "$url"
+
+start_server tickets --ticket-pr
+echo "== ticket-to-pr review gate (diff) against $url"
+node tests/browser/ticket.mjs "$url" "$work/tickets/fx"
 
 token="browser-test-$RANDOM$RANDOM"
 start_server guarded --token "$token"

@@ -216,6 +216,22 @@ pub fn schema_hint(schema: &serde_json::Value, root: &serde_json::Value, depth: 
         return schema_hint(target, root, depth + 1);
     }
     if let Some(Value::Array(vals)) = obj.get("enum") {
+        // A long list (a file's lines, a repository's paths) is described, not repeated:
+        // the grammar holds the list, and the prompt shows what it comes from.
+        if vals.len() > 12 {
+            return match obj.get("description").and_then(Value::as_str) {
+                Some(d) => format!("<{d}>"),
+                None => format!(
+                    "{} | … ({} choices)",
+                    vals.iter()
+                        .take(3)
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" | "),
+                    vals.len()
+                ),
+            };
+        }
         return vals
             .iter()
             .map(|v| v.to_string())

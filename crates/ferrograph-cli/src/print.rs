@@ -83,9 +83,49 @@ pub fn event(ev: &JsonEvent) {
     }
 }
 
-/// Whether a run that finished reports failure in its own state (`status: FAILED`).
+/// Whether a run that finished reports failure in its own state (`status: FAILED`, or
+/// ticket-to-pr's `failed` and `unknown ticket`).
 pub fn failed(o: &JsonOutcome) -> bool {
-    o.state.get("status").and_then(Value::as_str) == Some("FAILED")
+    matches!(
+        o.state.get("status").and_then(Value::as_str),
+        Some("FAILED" | "failed" | "unknown ticket")
+    )
+}
+
+/// A state whose `messages` are progress lines (ticket-to-pr): those lines, the status, the
+/// error and the pull request, instead of the whole state (`ferrograph threads show` has it).
+fn progress_lines(state: &Value, thread: &str) -> Option<Vec<String>> {
+    let msgs = state.get("messages")?.as_array()?;
+    let mut out: Vec<String> = msgs
+        .iter()
+        .map(|m| m.as_str().map(|s| format!("  {s}")))
+        .collect::<Option<_>>()?;
+    if let Some(st) = state.get("status").and_then(Value::as_str) {
+        out.push(format!("status: {st}"));
+    }
+    if let Some(err) = state.get("error").and_then(Value::as_str) {
+        out.push(format!("error: {err}"));
+    }
+    if let Some(pr) = state.get("pr").filter(|p| p.is_object()) {
+        out.push(format!(
+            "pull request #{}: {} (ferrograph prs show {})",
+            pr["number"],
+            pr["title"].as_str().unwrap_or(""),
+            pr["number"]
+        ));
+        if let Some(b) = state.get("branch").and_then(Value::as_str) {
+            let repo = state.get("repo").and_then(Value::as_str).unwrap_or(".");
+            let base = state
+                .get("base_branch")
+                .and_then(Value::as_str)
+                .unwrap_or("HEAD");
+            out.push(format!(
+                "branch: {b} (git -C {repo} log --oneline {base}..{b})"
+            ));
+        }
+    }
+    out.push(format!("full state: ferrograph threads show {thread}"));
+    Some(out)
 }
 
 /// Prints how a run ended; for interrupts, the payload and the exact resume commands.
@@ -111,7 +151,13 @@ pub fn outcome(o: &JsonOutcome, workflow: &str) {
             line(format!("report (JSON):     {}", get("json")));
             line(format!("event trace:       {}", get("events")));
         }
-        None => line(serde_json::to_string_pretty(&o.state).unwrap_or_default()),
+        None => {
+            let thread = o.thread_id.clone().unwrap_or_default();
+            match progress_lines(&o.state, &thread) {
+                Some(lines) => lines.into_iter().for_each(line),
+                None => line(serde_json::to_string_pretty(&o.state).unwrap_or_default()),
+            }
+        }
     }
     let thread = o.thread_id.clone().unwrap_or_default();
     match o.status {
@@ -127,6 +173,10 @@ pub fn outcome(o: &JsonOutcome, workflow: &str) {
                 line(format!("\ninterrupt {} at {}:", i.id, i.node));
                 if let Some(summary) = i.value.0.get("summary").and_then(Value::as_str) {
                     line(summary);
+                    // A review gate's proposed change, as a unified diff.
+                    if let Some(diff) = i.value.0.get("diff").and_then(Value::as_str) {
+                        line(format!("\n{}", diff.trim_end()));
+                    }
                 } else {
                     line(serde_json::to_string_pretty(&i.value.0).unwrap_or_default());
                 }

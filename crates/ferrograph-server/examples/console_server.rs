@@ -2,13 +2,17 @@
 //! memory) checkpoint store, on 127.0.0.1.
 //!
 //! ```text
-//! cargo run -p ferrograph-server --example console_server -- --port 0 --data-dir DIR [--token T] [--tutor]
+//! cargo run -p ferrograph-server --example console_server -- --port 0 --data-dir DIR [--token T] [--tutor] [--ticket-pr]
 //! ```
 //!
 //! `--tutor` adds the tutor workflow with a stand-in model that streams an answer quoted from
 //! the course notes word by word (the routing guard picks the tools; quiz questions come from
 //! the notes), over a hashing embedder: what the chat page's browser test drives. The real
 //! model's tutor is tested in `workflows/tutor/tests/smollm2.rs`.
+//!
+//! `--ticket-pr` adds ticket-to-pr with its scripted engineer on the TaskMaster fixture
+//! (written to `DIR/fx`, the one folder clients may name): what the console's diff test
+//! drives.
 //!
 //! Prints `listening on http://127.0.0.1:PORT` once the socket is bound, then serves until
 //! interrupted (Ctrl-C or SIGTERM).
@@ -25,6 +29,7 @@ struct Args {
     token: Option<String>,
     max_body_bytes: usize,
     tutor: bool,
+    ticket_pr: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -34,6 +39,7 @@ fn parse_args() -> Result<Args, String> {
         token: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         tutor: false,
+        ticket_pr: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -43,6 +49,7 @@ fn parse_args() -> Result<Args, String> {
             "--data-dir" => args.data_dir = Some(value()?),
             "--token" => args.token = Some(value()?),
             "--tutor" => args.tutor = true,
+            "--ticket-pr" => args.ticket_pr = true,
             "--max-body-bytes" => {
                 args.max_body_bytes = value()?
                     .parse()
@@ -94,7 +101,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         register_tutor(&mut registry, &runtime, saver.clone(), data_dir).await?;
     }
-    let state = AppState::new(registry, saver, args.token).with_max_body_bytes(args.max_body_bytes);
+    let mut access = ferrograph_server::access::Access::default();
+    if args.ticket_pr {
+        // The TaskMaster fixture under <data>/fx, the scripted engineer as the model, and the
+        // data folder as the only root clients may name.
+        let data_dir = match &args.data_dir {
+            Some(d) => std::path::PathBuf::from(d),
+            None => _scratch.path().to_path_buf(),
+        };
+        if !data_dir.join("fx").exists() {
+            ferrograph_ticket_pr::fixture::create(&data_dir.join("fx"))?;
+        }
+        let model = ferrograph_ticket_pr::testing::scripted_model(
+            ferrograph_ticket_pr::testing::Behaviour::Good,
+        );
+        ferrograph_ticket_pr::register_with(
+            &mut registry,
+            &runtime,
+            saver.clone(),
+            ferrograph_ticket_pr::testing::settings(&data_dir, Arc::new(model)),
+        )
+        .await?;
+        access.roots = Some(ferrograph::runtime::PathRoots::new(
+            [data_dir.clone()],
+            data_dir.join("out"),
+        )?);
+        println!("ticket fixture at {}", data_dir.join("fx").display());
+    }
+    let state = AppState::new(registry, saver, args.token)
+        .with_max_body_bytes(args.max_body_bytes)
+        .with_access(access);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");

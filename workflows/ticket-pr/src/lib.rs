@@ -24,6 +24,7 @@
 //!
 //! Run it with `ferrograph run ticket-to-pr --ticket KEY --tickets DIR --repo DIR`.
 
+pub mod edit;
 pub mod error;
 pub mod fixture;
 pub mod metrics;
@@ -224,22 +225,6 @@ fn messages_for(s: &TicketPrState, task: String) -> Vec<Message> {
     ]
 }
 
-/// Sets `$defs.<def>.properties.<field>` (or the top level's when `def` is empty) to a
-/// string enum of `values`.
-fn enum_field(schema: &mut Value, def: &str, field: &str, values: &[String]) {
-    let target = if def.is_empty() {
-        schema.get_mut("properties")
-    } else {
-        schema
-            .get_mut("$defs")
-            .and_then(|d| d.get_mut(def))
-            .and_then(|d| d.get_mut("properties"))
-    };
-    if let Some(p) = target.and_then(|p| p.get_mut(field)) {
-        *p = json!({"type": "string", "enum": values});
-    }
-}
-
 /// Node 1: the ticket, the base commit and the modules; no model call.
 async fn fetch_ticket(
     d: Arc<Deps>,
@@ -343,16 +328,28 @@ async fn identify_modules(
         Ok(l) => l,
         Err(e) => return Ok(failed(e)),
     };
-    let names: Vec<String> = s.modules.iter().map(|m| m.name.clone()).collect();
+    let named: Vec<(String, String)> = named_files(&s, &s.modules)
+        .into_iter()
+        .filter_map(|f| {
+            let m = s.modules.iter().find(|m| m.files.contains(&f))?;
+            Some((f.rsplit('/').next().unwrap_or(&f).to_string(), m.name.clone()))
+        })
+        .collect();
+    // The modules holding named files first: the first choices are the likely ones.
+    let mut names: Vec<String> = Vec::new();
+    for m in named.iter().map(|(_, m)| m).chain(s.modules.iter().map(|m| &m.name)) {
+        if !names.contains(m) {
+            names.push(m.clone());
+        }
+    }
     let files: Vec<String> = s.modules.iter().flat_map(|m| m.files.clone()).collect();
-    let msgs = messages_for(&s, prompts::identify_modules(&s, &s.modules));
+    let msgs = messages_for(&s, prompts::identify_modules(&s, &s.modules, &named));
     let (res, call) = llm
         .structured::<ModuleChoice>(
             "identify_modules",
             &msgs,
             300,
             |schema| {
-                enum_field(schema, "", "affected_modules", &[]);
                 if let Some(p) = schema.pointer_mut("/properties/affected_modules") {
                     p["items"] = json!({"type": "string", "enum": names});
                     p["maxItems"] = json!(names.len().min(3));
@@ -466,35 +463,59 @@ async fn retrieve_context(
         .retrieved_chunks(chunks))
 }
 
+/// Files of `modules` whose names the ticket or the classifier mentions: first those named
+/// exactly (`TaskService.findOverdue` names `TaskService.java`), then those named loosely
+/// (in another case or in the plural: "tasks" names `Task.java`).
+fn named_files(s: &TicketPrState, modules: &[repo::Module]) -> Vec<String> {
+    let mut text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    if let Some(c) = &s.classification {
+        text.push(' ');
+        text.push_str(&c.affected_components.join(" "));
+    }
+    let words: std::collections::HashSet<&str> = text
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.len() > 2)
+        .collect();
+    let loose: std::collections::HashSet<String> = words
+        .iter()
+        .flat_map(|w| {
+            let l = w.to_lowercase();
+            let singular = l.strip_suffix('s').map(str::to_string);
+            std::iter::once(l).chain(singular)
+        })
+        .collect();
+    let stem = |p: &String| {
+        Path::new(p)
+            .file_stem()
+            .map(|st| st.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let files: Vec<&String> = modules.iter().flat_map(|m| m.files.iter()).collect();
+    let mut out: Vec<String> = files
+        .iter()
+        .filter(|p| words.contains(stem(p).as_str()))
+        .map(|p| (*p).clone())
+        .collect();
+    for p in files {
+        if !out.contains(p) && loose.contains(&stem(p).to_lowercase()) {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
 /// Source files the generator may rewrite: the picker's files, then the files of the best
 /// chunks, in the selected modules and not tests, at most `n`.
 fn candidate_sources(s: &TicketPrState, n: usize) -> Vec<String> {
     let selected = s.selected_modules();
     let in_scope =
         |p: &String| !repo::is_test_path(p) && selected.iter().any(|m| m.files.contains(p));
-    // Files the ticket or the classifier names (`TaskService.findOverdue` names
-    // TaskService.java) come first, then the picker's, then retrieval's.
-    let mut named_text = format!("{} {}", s.ticket.summary, s.ticket.description);
-    if let Some(c) = &s.classification {
-        named_text.push(' ');
-        named_text.push_str(&c.affected_components.join(" "));
-    }
-    let words: std::collections::HashSet<&str> = named_text
-        .split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| w.len() > 2)
-        .collect();
-    let named: Vec<&String> = selected
-        .iter()
-        .flat_map(|m| m.files.iter())
-        .filter(|p| {
-            Path::new(p)
-                .file_stem()
-                .is_some_and(|st| words.contains(st.to_string_lossy().as_ref()))
-        })
-        .collect();
+    let named = named_files(s, &selected);
     let mut out: Vec<String> = Vec::new();
+    // Files the ticket or the classifier names come first, then the picker's, then
+    // retrieval's.
     for p in named
-        .into_iter()
+        .iter()
         .chain(s.affected_files.iter())
         .chain(s.retrieved_chunks.iter().map(|c| &c.file_path))
     {
@@ -521,8 +542,9 @@ fn read_files(s: &TicketPrState, paths: &[String]) -> Result<Vec<(String, String
     Ok(out)
 }
 
-/// The model's files checked: paths inside the selected modules, content not empty, one
-/// entry per path, and no file left as it was. Returns the changes and what was dropped.
+/// The model's files checked: paths inside the selected modules, edits of the file's own
+/// lines (or a new file's content), one entry per path, and no file left as it was. Returns
+/// the changes and what was dropped.
 fn check_changes(
     s: &TicketPrState,
     proposed: Vec<state::ProposedFile>,
@@ -534,17 +556,18 @@ fn check_changes(
     for p in proposed {
         let path = repo::check_path(&repo, &s.base_commit, &p.file_path, &selected)?;
         let old = repo::read_at(&repo, &s.base_commit, &path)?;
-        let mut content = p.new_content.clone();
-        if !content.ends_with('\n') {
-            content.push('\n');
-        }
-        if p.new_content.trim().is_empty() {
+        let content = match edit::compose(&p, old.as_deref()) {
+            Ok(c) => c,
+            Err(why) => {
+                dropped.push(format!("{path}: {why}"));
+                continue;
+            }
+        };
+        if content.trim().is_empty() {
             dropped.push(format!("{path}: empty content"));
             continue;
         }
-        if old.as_deref() == Some(content.as_str())
-            || old.as_deref() == Some(p.new_content.as_str())
-        {
+        if old.as_deref() == Some(content.as_str()) {
             dropped.push(format!("{path}: unchanged"));
             continue;
         }
@@ -552,20 +575,44 @@ fn check_changes(
             dropped.push(format!("{path}: proposed twice"));
             continue;
         }
+        let description = match p.description.trim() {
+            "" => format!("update {path}"),
+            d => d.to_string(),
+        };
         out.push(FileChange {
             file_path: path,
-            description: p.description.trim().to_string(),
+            description,
             new_content: content,
         });
     }
     Ok((out, dropped))
 }
 
-/// `maxLength` of a rewritten file and the tokens to allow for it.
-fn content_budget(files: &[(String, String)]) -> (usize, usize) {
-    let longest = files.iter().map(|(_, t)| t.len()).max().unwrap_or(1000);
-    let max_len = (longest * 3 / 2 + 400).clamp(1200, 9000);
-    (max_len, (max_len / 3 + 150) * files.len().clamp(1, 2) + 200)
+/// The `items` schema of a list of proposed files: one alternative per allowed path, with
+/// edits of its own lines when it exists (`files`), else its whole content.
+fn files_schema(paths: &[String], files: &[(String, String)], max_len: usize) -> Value {
+    let alts: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            let lines = files
+                .iter()
+                .find(|(f, _)| f == p)
+                .map(|(_, t)| edit::edit_targets(t));
+            edit::file_schema(p, lines.as_deref(), max_len)
+        })
+        .collect();
+    match alts.as_slice() {
+        [one] => one.clone(),
+        _ => json!({ "anyOf": alts }),
+    }
+}
+
+/// `maxLength` of a new file's content and the tokens to allow for an answer.
+fn content_budget(files: &[(String, String)], new_files: usize) -> (usize, usize) {
+    let longest = files.iter().map(|(_, t)| t.len()).max().unwrap_or(1200);
+    let max_len = (longest + 400).clamp(1200, 6000);
+    // Edits are short; a new file is written whole.
+    (max_len, 700 + new_files * (max_len / 3))
 }
 
 /// Node 5: the changes, whole files; on a revision with the reviewer's feedback. A first
@@ -592,14 +639,12 @@ async fn generate_code_changes(
     };
     let context = prompts::code_context(&files, &s.retrieved_chunks, 9000);
     let msgs = messages_for(&s, prompts::generate_changes(&s, &context));
-    let (max_len, max_tokens) = content_budget(&files);
+    let (max_len, max_tokens) = content_budget(&files, 0);
     let is_bug = s.ticket.ticket_type == TicketType::Bug;
+    let items = files_schema(&paths, &files, max_len);
     let patch = |schema: &mut Value| {
-        enum_field(schema, "ProposedFile", "file_path", &paths);
-        if let Some(p) = schema.pointer_mut("/$defs/ProposedFile/properties/new_content") {
-            p["maxLength"] = json!(max_len);
-        }
         if let Some(p) = schema.pointer_mut("/properties/changes") {
+            p["items"] = items.clone();
             p["maxItems"] = json!(paths.len());
         }
         if !is_bug {
@@ -769,16 +814,17 @@ async fn generate_tests(
     };
     let shown = files.first().map(|(p, t)| (p.as_str(), t.as_str()));
     let msgs = messages_for(&s, prompts::generate_tests(&s, shown));
-    let (max_len, max_tokens) = content_budget(&files);
+    let new_files = paths.iter().filter(|p| !files.iter().any(|(f, _)| f == *p)).count();
+    let (max_len, max_tokens) = content_budget(&files, new_files.min(1));
+    let items = files_schema(&paths, &files, max_len);
     let (res, call) = llm
         .structured::<TestChanges>(
             "generate_tests",
             &msgs,
             max_tokens,
             |schema| {
-                enum_field(schema, "ProposedFile", "file_path", &paths);
-                if let Some(p) = schema.pointer_mut("/$defs/ProposedFile/properties/new_content") {
-                    p["maxLength"] = json!(max_len);
+                if let Some(p) = schema.pointer_mut("/properties/tests") {
+                    p["items"] = items.clone();
                 }
             },
             TokenSink::from_context(&ctx),

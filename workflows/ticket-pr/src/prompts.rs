@@ -35,14 +35,21 @@ pub fn classify(s: &TicketPrState) -> String {
     )
 }
 
-/// Pick the modules (seed node 3).
-pub fn identify_modules(s: &TicketPrState, modules: &[Module]) -> String {
+/// Pick the modules (seed node 3). `named` lists the files whose names the ticket mentions,
+/// with their modules.
+pub fn identify_modules(s: &TicketPrState, modules: &[Module], named: &[(String, String)]) -> String {
     let list: String = modules
         .iter()
         .map(|m| format!("- {}: {}\n", m.name, m.description))
         .collect();
+    let named: String = if named.is_empty() {
+        String::new()
+    } else {
+        let items: Vec<String> = named.iter().map(|(f, m)| format!("{f} (in {m})")).collect();
+        format!("\nThe ticket names: {}.\n", items.join(", "))
+    };
     format!(
-        "Which modules of the repository must change for this ticket?\n\n{}\n\nModules:\n{list}\nRules:\n1. A bug in the service layer: only the module with the service (and its tests).\n2. A story that adds a field: every module that carries the field (domain, API, end-to-end tests).\n3. Never include a module that does not need to change.",
+        "Which modules of the repository must change for this ticket?\n\n{}\n{named}\nModules:\n{list}\nRules:\n1. A bug in the service layer: only the module with the service (and its tests).\n2. A story that adds a field: every module that carries the field (domain, API, end-to-end tests).\n3. Never include a module that does not need to change.",
         ticket_lines(s)
     )
 }
@@ -90,13 +97,16 @@ fn feedback_lines(s: &TicketPrState) -> String {
     )
 }
 
+/// How to write an edit, with an example (small models copy the shape of an example).
+const EDITS: &str = "To change a file, pick a line of it as `find` (copied exactly) and write what replaces that line as `replace` (one or more lines). Example: to make `int share = total / count;` safe, find `int share = total / count;` and replace it with `int share = count == 0 ? 0 : total / count;`.";
+
 /// Generate the changes (seed node 5): a bug names its root cause, a story carries its
 /// acceptance criteria; both see the reviewer's feedback on a revision.
 pub fn generate_changes(s: &TicketPrState, context: &str) -> String {
     let modules = s.affected_modules.join(", ");
     match s.ticket.ticket_type {
         TicketType::Bug => format!(
-            "Fix this bug.\n\n{}\n\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Find the exact root cause.\n2. Write the minimal fix; do not refactor unrelated code.\n3. Change only files in the modules {modules}; write each changed file complete.",
+            "Fix this bug.\n\n{}\n\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Find the exact root cause.\n2. Write the minimal fix; do not refactor unrelated code.\n3. Change only files in the modules {modules}.\n{EDITS}",
             ticket_lines(s),
             feedback_lines(s)
         ),
@@ -108,7 +118,7 @@ pub fn generate_changes(s: &TicketPrState, context: &str) -> String {
                 .map(|a| format!("- {a}\n"))
                 .collect();
             format!(
-                "Implement this story.\n\n{}\nACCEPTANCE CRITERIA:\n{ac}\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Meet every acceptance criterion.\n2. Follow the existing code's patterns.\n3. Keep it backward compatible.\n4. Change only files in the modules {modules}; write each changed file complete.",
+                "Implement this story.\n\n{}\nACCEPTANCE CRITERIA:\n{ac}\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Meet every acceptance criterion.\n2. Follow the existing code's patterns.\n3. Keep it backward compatible.\n4. Change only files in the modules {modules}.\n{EDITS}",
                 ticket_lines(s),
                 feedback_lines(s)
             )
@@ -134,7 +144,7 @@ pub fn generate_tests(s: &TicketPrState, existing_test: Option<(&str, &str)>) ->
         None => "No test file found.\n".into(),
     };
     format!(
-        "Write tests for these changes.\n\n{}\n\nCHANGES MADE:\n{changes}\n{changed_code}\nEXISTING TEST CODE:\n{test}\nWrite the complete test file: keep the existing tests and add tests of the change, in the same framework and style.",
+        "Write tests for these changes.\n\n{}\n\nCHANGES MADE:\n{changes}\n{changed_code}\nEXISTING TEST CODE:\n{test}\nAdd a test of the change in the same framework and style, keeping the existing tests. To add a test to the existing file, find its last line `}}` and replace it with the new test followed by `}}`. A new test file is written whole.",
         ticket_lines(s)
     )
 }

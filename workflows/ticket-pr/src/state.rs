@@ -51,39 +51,43 @@ pub struct ModuleChoice {
     pub files_likely_to_change: Vec<String>,
 }
 
-/// One proposed file, as the model writes it.
+/// One edit of a file: a line of it, and what replaces that line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LineEdit {
+    /// A line of the file, copied exactly (constrained to the file's own lines).
+    pub find: String,
+    /// The line or lines that replace it (empty: the line is removed).
+    pub replace: String,
+}
+
+/// One proposed file, as the model writes it: edits of an existing file, or the whole
+/// content of a new one.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProposedFile {
     /// Path from the repository root.
     pub file_path: String,
+    /// Edits of an existing file.
+    #[serde(default)]
+    pub edits: Vec<LineEdit>,
+    /// The whole content of a new file.
+    #[serde(default)]
+    pub new_content: Option<String>,
     /// What changed and why.
     #[schemars(length(max = 160))]
     pub description: String,
-    /// The complete new file.
-    pub new_content: String,
-}
-
-impl From<ProposedFile> for FileChange {
-    fn from(p: ProposedFile) -> Self {
-        FileChange {
-            file_path: p.file_path,
-            description: p.description,
-            new_content: p.new_content,
-        }
-    }
 }
 
 /// The code generator's answer.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "CodeChanges")]
 pub struct CodeChanges {
+    /// The files.
+    #[schemars(length(min = 1, max = 2))]
+    pub changes: Vec<ProposedFile>,
     /// What causes the bug (bugs only).
     #[serde(default)]
     #[schemars(length(max = 300))]
     pub root_cause: String,
-    /// The files.
-    #[schemars(length(min = 1, max = 2))]
-    pub changes: Vec<ProposedFile>,
 }
 
 /// The test generator's answer.

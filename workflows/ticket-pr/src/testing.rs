@@ -53,16 +53,17 @@ fn file_blocks(prompt: &str) -> Vec<(String, String)> {
     out
 }
 
-fn enum_values(schema: &Value) -> Vec<String> {
-    schema
-        .pointer("/$defs/ProposedFile/properties/file_path/enum")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The paths a list of proposed files may name (one alternative per path, or one).
+fn paths_of(schema: &Value, field: &str) -> Vec<String> {
+    let items = schema.pointer(&format!("/properties/{field}/items"));
+    let alts: Vec<&Value> = match items.and_then(|i| i.get("anyOf")).and_then(Value::as_array) {
+        Some(a) => a.iter().collect(),
+        None => items.into_iter().collect(),
+    };
+    alts.iter()
+        .filter_map(|a| a.pointer("/properties/file_path/enum/0").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
 }
 
 fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmError> {
@@ -88,7 +89,7 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
         "Classification" => json!({
             "confirmed_type": if story { "Story" } else { "Bug" },
             "technical_summary": if story { "Tasks get a priority field" } else { "findOverdue dereferences a missing due date" },
-            "affected_components": ["TaskService"],
+            "affected_components": [if story { "Task" } else { "TaskService" }],
             "complexity": "low",
         }),
         "ModuleChoice" => {
@@ -108,19 +109,15 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
             json!({"affected_modules": chosen, "reasoning": "where the code lives", "files_likely_to_change": []})
         }
         "CodeChanges" => {
-            let paths = enum_values(&schema);
+            let paths = paths_of(&schema, "changes");
             let blocks = file_blocks(&prompt);
             // The file that needs the change, as a competent engineer would pick it.
-            let wanted = |p: &String| {
-                blocks.iter().any(|(b, t)| {
-                    b == p
-                        && if story {
-                            t.contains("private LocalDate dueDate")
-                        } else {
-                            t.contains("isBefore(today)")
-                        }
-                })
+            let needle = if story {
+                "private LocalDate dueDate;"
+            } else {
+                ".filter(task -> task.getDueDate().isBefore(today))"
             };
+            let wanted = |p: &String| blocks.iter().any(|(b, t)| b == p && t.contains(needle));
             let path = if behaviour == Behaviour::PathOutside {
                 "../outside/Evil.java".to_string()
             } else {
@@ -131,50 +128,37 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
                     .cloned()
                     .unwrap_or_default()
             };
-            let old = blocks
-                .iter()
-                .find(|(p, _)| *p == path)
-                .map(|(_, t)| t.clone())
-                .unwrap_or_default();
-            let mut new = if old.contains("task.getDueDate().isBefore(today)") {
-                old.replace(
-                    "task.getDueDate().isBefore(today)",
-                    "task.getDueDate() != null && task.getDueDate().isBefore(today)",
-                )
+            let replace = if story {
+                "private LocalDate dueDate;\nprivate String priority = \"MEDIUM\";"
             } else {
-                old.replacen(
-                    "    private LocalDate dueDate;\n",
-                    "    private LocalDate dueDate;\n    private String priority = \"MEDIUM\";\n",
-                    1,
-                )
+                ".filter(task -> task.getDueDate() != null && task.getDueDate().isBefore(today))"
             };
+            let mut edits = vec![json!({"find": needle, "replace": replace})];
             if feedback {
-                new = new.replacen(
-                    '\n',
-                    &format!("\n// revised after feedback ({revisions})\n"),
-                    1,
-                );
+                let package = blocks
+                    .iter()
+                    .find(|(b, _)| *b == path)
+                    .and_then(|(_, t)| t.lines().next())
+                    .unwrap_or("")
+                    .to_string();
+                edits.push(json!({"find": package, "replace": format!("{package}\n// revised after feedback ({revisions})")}));
             }
             json!({
+                "changes": [{"file_path": path, "edits": edits, "description": "skip tasks without a due date"}],
                 "root_cause": "findOverdue calls isBefore on a null due date",
-                "changes": [{"file_path": path, "description": "skip tasks without a due date", "new_content": new}],
             })
         }
         "TestChanges" => {
-            let paths = enum_values(&schema);
+            let paths = paths_of(&schema, "tests");
             let path = paths.first().cloned().unwrap_or_default();
-            let blocks = file_blocks(&prompt);
-            let old = blocks
-                .iter()
-                .find(|(p, _)| *p == path)
-                .map(|(_, t)| t.clone())
-                .unwrap_or_else(|| "class GeneratedTest {\n}\n".into());
-            let cut = old.trim_end().rfind('}').unwrap_or(0);
-            let new = format!(
-                "{}\n    @Test\n    void tasksWithoutDueDateAreNotOverdue() {{\n        service.create(4, \"someday\", null);\n        assertThat(service.findOverdue(LocalDate.of(2024, 5, 10))).isEmpty();\n    }}\n}}\n",
-                old[..cut].trim_end()
-            );
-            json!({"tests": [{"file_path": path, "description": "a task without a due date is not overdue", "new_content": new}]})
+            let test = "    @Test\n    void tasksWithoutDueDateAreNotOverdue() {\n        service.create(4, \"someday\", null);\n        assertThat(service.findOverdue(LocalDate.of(2024, 5, 10))).isEmpty();\n    }\n}";
+            let exists = file_blocks(&prompt).iter().any(|(b, _)| *b == path);
+            let file = if exists {
+                json!({"file_path": path, "edits": [{"find": "}", "replace": test}], "description": "a task without a due date is not overdue"})
+            } else {
+                json!({"file_path": path, "new_content": format!("class GeneratedTest {{\n{test}\n"), "description": "a task without a due date is not overdue"})
+            };
+            json!({"tests": [file]})
         }
         other => {
             return Err(LlmError::Schema {

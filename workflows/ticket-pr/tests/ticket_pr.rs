@@ -387,3 +387,33 @@ async fn a_branch_holding_other_commits_is_not_overwritten() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn an_approved_branch_is_pushed_to_a_configured_bare_remote() {
+    let s = setup(Behaviour::Good).await;
+    let bare_dir = s.data.join("remote.git");
+    git2::Repository::init_bare(&bare_dir).unwrap();
+    let mut input = s.input(BUG_TICKET);
+    input["remote"] = json!(bare_dir.display().to_string());
+    let wf = &s.registry.get(NAME).unwrap().workflow;
+    let out = wf
+        .invoke(JsonInput::Update(input), RunConfig::thread("t-push"))
+        .await
+        .unwrap();
+    assert_eq!(out.status, "interrupted");
+    let out = s.answer("t-push", json!("approve")).await;
+    assert_eq!(out.state["status"], "pr opened", "{:#}", out.state);
+    let branch = out.state["branch"].as_str().unwrap();
+    let bare = git2::Repository::open_bare(&bare_dir).unwrap();
+    let pushed = bare
+        .find_reference(&format!("refs/heads/{branch}"))
+        .unwrap()
+        .target()
+        .unwrap();
+    let commits = out.state["commits"].as_array().unwrap();
+    assert_eq!(pushed.to_string(), commits.last().unwrap().as_str().unwrap());
+    assert_eq!(
+        out.state["pr"]["pushed_to"],
+        json!(bare_dir.display().to_string())
+    );
+}

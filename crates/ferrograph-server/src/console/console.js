@@ -217,6 +217,45 @@ function renderOrphaned(thread) {
 }
 
 const MARKDOWN_FIELDS = ["summary", "question", "description", "markdown", "body", "draft", "message"];
+// Fields an interrupt card shows in their own way (or not at all: `prompt` repeats `summary`).
+const SPECIAL_FIELDS = ["title", "choices", "diff", "prompt"];
+
+// ---- unified diffs, with light syntax colouring of the code ---------------------------------
+
+const KEYWORDS = new Set(("abstract async await boolean break case catch class const continue def default do " +
+  "double else enum export extends false final fn for from function if impl implements import in int interface " +
+  "let long match mod new null package private protected public pub record return self static struct super " +
+  "switch this throw throws true try type use var void while").split(" "));
+const TOKEN = /("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\/\/.*$|@[A-Za-z_]+|\b[A-Za-z_][A-Za-z0-9_]*\b)/g;
+
+function highlightInto(parent, code) {
+  let last = 0;
+  for (const m of code.matchAll(TOKEN)) {
+    if (m.index > last) parent.append(code.slice(last, m.index));
+    const t = m[0];
+    const cls = t.startsWith("//") ? "tok-comment" : t[0] === '"' || t[0] === "'" ? "tok-string"
+      : t[0] === "@" ? "tok-annotation" : KEYWORDS.has(t) ? "tok-kw" : null;
+    parent.append(cls ? el("span", { class: cls }, t) : t);
+    last = m.index + t.length;
+  }
+  if (last < code.length) parent.append(code.slice(last));
+}
+
+function renderDiff(text) {
+  const pre = el("pre", { class: "diff", "data-field": "diff" });
+  for (const line of text.replace(/\n$/, "").split("\n")) {
+    let cls = "ctx";
+    if (/^(diff --git|index |--- |\+\+\+ |new file mode|deleted file mode)/.test(line)) cls = "meta";
+    else if (line.startsWith("@@")) cls = "hunk";
+    else if (line.startsWith("+")) cls = "add";
+    else if (line.startsWith("-")) cls = "del";
+    const span = el("span", { class: "line " + cls });
+    if (cls === "add" || cls === "del" || cls === "ctx") { span.append(line.slice(0, 1)); highlightInto(span, line.slice(1)); }
+    else span.append(line);
+    pre.append(span, "\n");
+  }
+  return pre;
+}
 
 function renderInterrupt(thread, intr) {
   const v = intr.value;
@@ -226,13 +265,14 @@ function renderInterrupt(thread, intr) {
   if (v && typeof v === "object" && !Array.isArray(v)) {
     const dl = el("dl", { class: "kv" });
     for (const [k, val] of Object.entries(v)) {
-      if (k === "title" || k === "choices" || MARKDOWN_FIELDS.includes(k)) continue;
+      if (SPECIAL_FIELDS.includes(k) || MARKDOWN_FIELDS.includes(k)) continue;
       dl.append(el("dt", {}, k), el("dd", {}, typeof val === "string" ? val : JSON.stringify(val)));
     }
     if (dl.childElementCount) card.append(dl);
     for (const k of MARKDOWN_FIELDS) {
       if (typeof v[k] === "string") { const md = el("div", { class: "md" }); md.innerHTML = markdown(v[k]); card.append(md); }
     }
+    if (typeof v.diff === "string" && v.diff) card.append(renderDiff(v.diff));
   } else {
     const md = el("div", { class: "md" }); md.innerHTML = markdown(typeof v === "string" ? v : JSON.stringify(v, null, 2)); card.append(md);
   }
