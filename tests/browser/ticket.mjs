@@ -50,6 +50,8 @@ try {
 
   await card.locator("button[data-choice=approve]").click();
   await page.locator("#d-status[data-status=done]").waitFor();
+  // The state panel follows the status: wait for the final state, not the one before.
+  await page.locator("#d-state", { hasText: '"status": "pr opened"' }).waitFor();
   const values = JSON.parse(await page.textContent("#d-state"));
   if (values.status !== "pr opened" || !values.pr || values.pr.number < 1) {
     throw new Error("unexpected final state: " + JSON.stringify(values).slice(0, 400));

@@ -70,9 +70,17 @@ fn sigkill_at_every_point_of_apply_pr_and_comment_then_continue_does_each_once()
                 assert_eq!(&commits[i], c, "{point}: commit {} was remade", i + 1);
             }
         }
-        assert_eq!(after["prs"].as_array().unwrap().len(), 1, "{point}: {after}");
+        assert_eq!(
+            after["prs"].as_array().unwrap().len(),
+            1,
+            "{point}: {after}"
+        );
         assert_eq!(after["prs"][0]["commits"], Value::Array(commits.clone()));
-        assert_eq!(after["comments"], serde_json::json!(["pr-1"]), "{point}: {after}");
+        assert_eq!(
+            after["comments"],
+            serde_json::json!(["pr-1"]),
+            "{point}: {after}"
+        );
         assert_eq!(after["head"], "main");
         assert_eq!(after["clean"], true);
 

@@ -44,37 +44,77 @@ fn fixture_tickets_bad_input_and_no_model() {
     let repo_s = fx.join("repo").display().to_string();
     let out = run(&data, &["tickets", "list", "--tickets", &tickets]);
     let listed = text(&out);
-    assert!(listed.contains("TASK-101\tBug") && listed.contains("TASK-102\tStory"), "{listed}");
-    let out = run(&data, &["tickets", "show", "TASK-102", "--tickets", &tickets]);
+    assert!(
+        listed.contains("TASK-101\tBug") && listed.contains("TASK-102\tStory"),
+        "{listed}"
+    );
+    let out = run(
+        &data,
+        &["tickets", "show", "TASK-102", "--tickets", &tickets],
+    );
     assert!(text(&out).contains("- A task created without a priority gets MEDIUM"));
 
     let go = |key: &str, repo: &str| {
         run(
             &data,
-            &["run", "ticket-to-pr", "--quiet", "--ticket", key, "--tickets", &tickets, "--repo", repo],
+            &[
+                "run",
+                "ticket-to-pr",
+                "--quiet",
+                "--ticket",
+                key,
+                "--tickets",
+                &tickets,
+                "--repo",
+                repo,
+            ],
         )
     };
     let out = go("TASK-999", &repo_s);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(text(&out).contains("status: unknown ticket"), "{}", text(&out));
-    assert!(text(&out).contains("unknown ticket TASK-999"), "{}", text(&out));
+    assert!(
+        text(&out).contains("status: unknown ticket"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("unknown ticket TASK-999"),
+        "{}",
+        text(&out)
+    );
 
     let out = go("TASK-101", &tickets);
     assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out).contains("is not a git repository"), "{}", text(&out));
+    assert!(
+        text(&out).contains("is not a git repository"),
+        "{}",
+        text(&out)
+    );
 
     let out = go("TASK-101", &repo_s);
     assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out).contains("no model is configured for ticket-to-pr"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no model is configured for ticket-to-pr"),
+        "{}",
+        text(&out)
+    );
 
     let out = run(&data, &["run", "ticket-to-pr", "--ticket", "TASK-101"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("needs --tickets DIR"), "{}", text(&out));
 
     let out = run(&data, &["prs", "list"]);
-    assert!(text(&out).contains("no pull requests yet"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no pull requests yet"),
+        "{}",
+        text(&out)
+    );
     let out = run(&data, &["prs", "show", "1"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("no pull request 1"), "{}", text(&out));
-    assert_eq!(repo.branches(None).unwrap().count(), 1, "nothing was applied");
+    assert_eq!(
+        repo.branches(None).unwrap().count(),
+        1,
+        "nothing was applied"
+    );
 }

@@ -59,7 +59,8 @@ fn inspect(dir: &Path) -> Result<serde_json::Value, BoxError> {
             .collect::<Result<_, _>>()?;
         branches.insert(name, json!(ids));
     }
-    let prs = ferrograph_ticket_pr::prs::PrStore::new(dir.join("data").join(NAME).join("prs")).list()?;
+    let prs =
+        ferrograph_ticket_pr::prs::PrStore::new(dir.join("data").join(NAME).join("prs")).list()?;
     let comments = TicketStore::open(dir.join("fx/tickets"))?.comments(BUG_TICKET)?;
     Ok(json!({
         "branches": branches,

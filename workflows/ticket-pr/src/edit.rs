@@ -11,6 +11,65 @@ const MAX_LINE: usize = 200;
 /// Most lines offered per file.
 const MAX_LINES: usize = 300;
 
+/// Identifiers of `text` (letters, digits, `_`, at least 3 characters, with a capital or
+/// lower-case start), for matching a ticket's words to code.
+pub fn identifiers(text: &str) -> std::collections::HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.len() >= 3 && w.chars().next().is_some_and(char::is_alphabetic))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The lines of `text` that use an identifier of `ticket` that is not an English word
+/// (camelCase or with a digit or `_`: `getDueDate`, `isBefore`), trimmed: where the ticket
+/// points.
+pub fn pointed_lines(text: &str, ticket: &str) -> Vec<String> {
+    let names: Vec<String> = identifiers(ticket)
+        .into_iter()
+        .filter(|w| {
+            w.chars().skip(1).any(char::is_uppercase)
+                || w.chars().any(|c| c.is_ascii_digit() || c == '_')
+        })
+        .collect();
+    edit_targets(text)
+        .into_iter()
+        .filter(|l| {
+            let ids = identifiers(l);
+            names.iter().any(|n| ids.contains(n))
+        })
+        .collect()
+}
+
+/// Whether a model's sentence loops: a sentence said twice, or a four-word phrase three
+/// times.
+pub fn degenerate(text: &str) -> bool {
+    let sentences: Vec<String> = text
+        .split(['.', '!', '?'])
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| s.split_whitespace().count() >= 3)
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    if sentences.iter().any(|s| !seen.insert(s.clone())) {
+        return true;
+    }
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    let mut counts = std::collections::HashMap::new();
+    for w in words.windows(4) {
+        let c = counts.entry(w.join(" ")).or_insert(0);
+        *c += 1;
+        if *c >= 3 {
+            return true;
+        }
+    }
+    false
+}
+
 /// The lines of `text` a model may pick: trimmed, not empty, each once, in file order.
 pub fn edit_targets(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -31,17 +90,24 @@ fn is_closing(t: &str) -> bool {
     !t.is_empty() && t.chars().all(|c| matches!(c, '}' | ')' | ']' | ';'))
 }
 
-/// `old` with `edits` applied. Each edit replaces the first line whose trimmed text is
+/// `old` with `edits` applied (a second edit of the same line is ignored). Each edit replaces
+/// the first line whose trimmed text is
 /// `find` (a line of only closing brackets: the last such line, the end of the enclosing
 /// block, where additions go). A replacement line without indentation takes the replaced
 /// line's. An edit whose replacement equals its line changes nothing.
 pub fn apply_edits(old: &str, edits: &[LineEdit]) -> Result<String, String> {
     let mut lines: Vec<String> = old.lines().map(str::to_string).collect();
+    let mut done: Vec<&str> = Vec::new();
     for e in edits {
         let find = e.find.trim();
         if find.is_empty() {
             return Err("an edit names an empty line".into());
         }
+        // A line already edited is not edited again (a small model repeats its edit).
+        if done.contains(&find) {
+            continue;
+        }
+        done.push(find);
         if e.replace.trim_end() == find || e.replace.trim() == find && !e.replace.contains('\n') {
             continue;
         }
@@ -53,10 +119,7 @@ pub fn apply_edits(old: &str, edits: &[LineEdit]) -> Result<String, String> {
         let Some(i) = pos else {
             return Err(format!("the line `{find}` is not in the file"));
         };
-        let indent: String = lines[i]
-            .chars()
-            .take_while(|c| c.is_whitespace())
-            .collect();
+        let indent: String = lines[i].chars().take_while(|c| c.is_whitespace()).collect();
         let replacement: Vec<String> = if e.replace.trim().is_empty() {
             Vec::new()
         } else {
@@ -120,7 +183,10 @@ pub fn file_schema(path: &str, lines: Option<&[String]>, max_len: usize) -> Valu
         }),
     };
     let mut props = serde_json::Map::new();
-    props.insert("file_path".into(), json!({"type": "string", "enum": [path]}));
+    props.insert(
+        "file_path".into(),
+        json!({"type": "string", "enum": [path]}),
+    );
     if let Value::Object(b) = body {
         props.extend(b);
     }
@@ -164,10 +230,44 @@ mod tests {
             new,
             "class A {\n    int x = b == 0 ? 0 : a / b;\n    void f() {\n    }\n    void g() {}\n}\n"
         );
-        assert_eq!(apply_edits(old, &[edit("int x = a / b;", "int x = a / b;")]).unwrap(), old);
-        assert!(apply_edits(old, &[edit("nope", "x")]).unwrap_err().contains("not in the file"));
+        assert_eq!(
+            apply_edits(old, &[edit("int x = a / b;", "int x = a / b;")]).unwrap(),
+            old
+        );
+        assert!(apply_edits(old, &[edit("nope", "x")])
+            .unwrap_err()
+            .contains("not in the file"));
+        let twice = apply_edits(
+            old,
+            &[
+                edit("int x = a / b;", "int x = 1;"),
+                edit("int x = a / b;", "int x = 2;"),
+            ],
+        )
+        .unwrap();
+        assert!(
+            twice.contains("int x = 1;") && !twice.contains("int x = 2;"),
+            "{twice}"
+        );
         let removed = apply_edits(old, &[edit("int x = a / b;", "")]).unwrap();
         assert!(!removed.contains("int x"));
+    }
+
+    #[test]
+    fn the_ticket_points_at_lines_and_loops_are_seen() {
+        let code = "int a = 1;\nif (task.getDueDate().isBefore(today)) {}\nreturn a;\n";
+        let ticket = "It calls getDueDate().isBefore(today) on every task.";
+        assert_eq!(
+            pointed_lines(code, ticket),
+            ["if (task.getDueDate().isBefore(today)) {}"]
+        );
+        assert!(degenerate(
+            "The task is not a task. The task is a task. The task is not a task."
+        ));
+        assert!(degenerate("a b c d x a b c d y a b c d"));
+        assert!(!degenerate(
+            "Skip tasks without a due date. They are never overdue."
+        ));
     }
 
     #[test]
@@ -178,7 +278,10 @@ mod tests {
     #[test]
     fn schemas_offer_edits_of_existing_files_and_content_for_new_ones() {
         let s = file_schema("a/B.java", Some(&["x;".to_string()]), 100);
-        assert_eq!(s["properties"]["edits"]["items"]["properties"]["find"]["enum"], json!(["x;"]));
+        assert_eq!(
+            s["properties"]["edits"]["items"]["properties"]["find"]["enum"],
+            json!(["x;"])
+        );
         let keys: Vec<&String> = s["properties"].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["file_path", "edits", "description"]);
         let s = file_schema("a/BTest.java", None, 100);

@@ -328,16 +328,27 @@ async fn identify_modules(
         Ok(l) => l,
         Err(e) => return Ok(failed(e)),
     };
-    let named: Vec<(String, String)> = named_files(&s, &s.modules)
-        .into_iter()
-        .filter_map(|f| {
-            let m = s.modules.iter().find(|m| m.files.contains(&f))?;
-            Some((f.rsplit('/').next().unwrap_or(&f).to_string(), m.name.clone()))
-        })
-        .collect();
+    let with_module = |files: Vec<String>| -> Vec<(String, String)> {
+        files
+            .into_iter()
+            .filter_map(|f| {
+                let m = s.modules.iter().find(|m| m.files.contains(&f))?;
+                Some((
+                    f.rsplit('/').next().unwrap_or(&f).to_string(),
+                    m.name.clone(),
+                ))
+            })
+            .collect()
+    };
+    let named = with_module(named_files(&s, &s.modules));
+    let named_exactly = with_module(named_files_exactly(&s, &s.modules));
     // The modules holding named files first: the first choices are the likely ones.
     let mut names: Vec<String> = Vec::new();
-    for m in named.iter().map(|(_, m)| m).chain(s.modules.iter().map(|m| &m.name)) {
+    for m in named
+        .iter()
+        .map(|(_, m)| m)
+        .chain(s.modules.iter().map(|m| &m.name))
+    {
         if !names.contains(m) {
             names.push(m.clone());
         }
@@ -376,6 +387,15 @@ async fn identify_modules(
             chosen.push(m.clone());
         }
     }
+    // A module holding a file the ticket names exactly is always in scope: the ticket's own
+    // words are stronger evidence than a small model's pick.
+    let mut added = Vec::new();
+    for (file, m) in &named_exactly {
+        if !chosen.contains(m) {
+            chosen.push(m.clone());
+            added.push(format!("{m} (the ticket names {file})"));
+        }
+    }
     if chosen.is_empty() {
         return Ok(failed(format!(
             "the model named no module of the repository (it said {:?}; the repository has {})",
@@ -398,14 +418,15 @@ async fn identify_modules(
         })
         .cloned()
         .collect();
+    let reasoning = first_sentence(&choice.reasoning);
+    let mut line = format!("Modules affected: {} ({reasoning})", chosen.join(", "));
+    if !added.is_empty() {
+        line.push_str(&format!("; added: {}", added.join(", ")));
+    }
     Ok(Update::new()
-        .messages(vec![format!(
-            "Modules affected: {} ({})",
-            chosen.join(", "),
-            choice.reasoning.trim()
-        )])
+        .messages(vec![line])
         .affected_modules(chosen)
-        .module_reasoning(choice.reasoning)
+        .module_reasoning(reasoning)
         .affected_files(affected_files)
         .llm_calls(calls))
 }
@@ -461,6 +482,34 @@ async fn retrieve_context(
             list.join(", ")
         )])
         .retrieved_chunks(chunks))
+}
+
+/// The first sentence of a model's free text (a small model's later sentences tend to loop).
+fn first_sentence(text: &str) -> String {
+    let t = text.trim();
+    match t.find(". ") {
+        Some(i) => t[..=i].to_string(),
+        None => t.to_string(),
+    }
+}
+
+/// Files of `modules` whose names the ticket itself spells exactly (`TaskService`).
+fn named_files_exactly(s: &TicketPrState, modules: &[repo::Module]) -> Vec<String> {
+    let text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    let words: std::collections::HashSet<&str> = text
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.len() > 2)
+        .collect();
+    modules
+        .iter()
+        .flat_map(|m| m.files.iter())
+        .filter(|p| {
+            Path::new(p)
+                .file_stem()
+                .is_some_and(|st| words.contains(st.to_string_lossy().as_ref()))
+        })
+        .cloned()
+        .collect()
 }
 
 /// Files of `modules` whose names the ticket or the classifier mentions: first those named
@@ -576,7 +625,7 @@ fn check_changes(
             continue;
         }
         let description = match p.description.trim() {
-            "" => format!("update {path}"),
+            d if d.is_empty() || edit::degenerate(d) => describe_edit(&p, &path),
             d => d.to_string(),
         };
         out.push(FileChange {
@@ -588,16 +637,44 @@ fn check_changes(
     Ok((out, dropped))
 }
 
+/// A description composed from the change itself, for when the model's is empty or loops.
+fn describe_edit(p: &state::ProposedFile, path: &str) -> String {
+    let short = |t: &str| {
+        let t = t.trim().replace('\n', " ");
+        if t.chars().count() > 60 {
+            format!("{}…", t.chars().take(60).collect::<String>())
+        } else {
+            t
+        }
+    };
+    match p.edits.first() {
+        Some(e) if e.replace.trim().is_empty() => format!("remove `{}`", short(&e.find)),
+        Some(e) => format!("replace `{}` with `{}`", short(&e.find), short(&e.replace)),
+        None => format!("add {path}"),
+    }
+}
+
 /// The `items` schema of a list of proposed files: one alternative per allowed path, with
 /// edits of its own lines when it exists (`files`), else its whole content.
-fn files_schema(paths: &[String], files: &[(String, String)], max_len: usize) -> Value {
+fn files_schema(
+    paths: &[String],
+    files: &[(String, String)],
+    max_len: usize,
+    ticket: &str,
+) -> Value {
     let alts: Vec<Value> = paths
         .iter()
         .map(|p| {
-            let lines = files
-                .iter()
-                .find(|(f, _)| f == p)
-                .map(|(_, t)| edit::edit_targets(t));
+            let lines = files.iter().find(|(f, _)| f == p).map(|(_, t)| {
+                // The lines the ticket points at first.
+                let mut l = edit::pointed_lines(t, ticket);
+                for x in edit::edit_targets(t) {
+                    if !l.contains(&x) {
+                        l.push(x);
+                    }
+                }
+                l
+            });
             edit::file_schema(p, lines.as_deref(), max_len)
         })
         .collect();
@@ -637,11 +714,12 @@ async fn generate_code_changes(
         Ok(f) => f,
         Err(e) => return Ok(failed(e)),
     };
-    let context = prompts::code_context(&files, &s.retrieved_chunks, 9000);
+    let ticket_text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    let context = prompts::code_context(&files, &s.retrieved_chunks, 9000, &ticket_text);
     let msgs = messages_for(&s, prompts::generate_changes(&s, &context));
     let (max_len, max_tokens) = content_budget(&files, 0);
     let is_bug = s.ticket.ticket_type == TicketType::Bug;
-    let items = files_schema(&paths, &files, max_len);
+    let items = files_schema(&paths, &files, max_len, &ticket_text);
     let patch = |schema: &mut Value| {
         if let Some(p) = schema.pointer_mut("/properties/changes") {
             p["items"] = items.clone();
@@ -710,7 +788,7 @@ async fn generate_code_changes(
         line.push_str(&format!(" (dropped: {})", dropped_all.join("; ")));
     }
     Ok(Update::new()
-        .root_cause(if is_bug {
+        .root_cause(if is_bug && !edit::degenerate(&root_cause) {
             root_cause.trim().to_string()
         } else {
             String::new()
@@ -814,9 +892,13 @@ async fn generate_tests(
     };
     let shown = files.first().map(|(p, t)| (p.as_str(), t.as_str()));
     let msgs = messages_for(&s, prompts::generate_tests(&s, shown));
-    let new_files = paths.iter().filter(|p| !files.iter().any(|(f, _)| f == *p)).count();
+    let new_files = paths
+        .iter()
+        .filter(|p| !files.iter().any(|(f, _)| f == *p))
+        .count();
     let (max_len, max_tokens) = content_budget(&files, new_files.min(1));
-    let items = files_schema(&paths, &files, max_len);
+    let ticket_text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    let items = files_schema(&paths, &files, max_len, &ticket_text);
     let (res, call) = llm
         .structured::<TestChanges>(
             "generate_tests",
@@ -875,6 +957,11 @@ async fn prepare_diff_summary(
     )];
     if !s.root_cause.is_empty() {
         lines.push(format!("**Root cause:** {}\n", s.root_cause));
+    } else if s.ticket.ticket_type == TicketType::Bug {
+        lines.push(
+            "**Root cause:** not stated (the model gave none that reads as an explanation)\n"
+                .into(),
+        );
     }
     lines.push(format!(
         "Generation {} of at most {MAX_GENERATIONS}; modules: {}.\n",
@@ -902,7 +989,7 @@ async fn prepare_diff_summary(
         }
         let new_file = if old.is_none() { ", new file" } else { "" };
         lines.push(format!(
-            "- **`{}`** — {} (+{added} −{removed}{new_file})",
+            "- `{}` — {} (+{added} −{removed}{new_file})",
             c.file_path, c.description
         ));
         let n = c.new_content.lines().count();

@@ -37,7 +37,11 @@ pub fn classify(s: &TicketPrState) -> String {
 
 /// Pick the modules (seed node 3). `named` lists the files whose names the ticket mentions,
 /// with their modules.
-pub fn identify_modules(s: &TicketPrState, modules: &[Module], named: &[(String, String)]) -> String {
+pub fn identify_modules(
+    s: &TicketPrState,
+    modules: &[Module],
+    named: &[(String, String)],
+) -> String {
     let list: String = modules
         .iter()
         .map(|m| format!("- {}: {}\n", m.name, m.description))
@@ -54,13 +58,25 @@ pub fn identify_modules(s: &TicketPrState, modules: &[Module], named: &[(String,
     )
 }
 
-/// Files shown whole to the code generator, and excerpts of the rest, within `budget`
-/// characters.
-pub fn code_context(files: &[(String, String)], chunks: &[Chunk], budget: usize) -> String {
+/// Files shown whole to the code generator (each after the lines that use names from
+/// `ticket`), and excerpts of the rest, within `budget` characters.
+pub fn code_context(
+    files: &[(String, String)],
+    chunks: &[Chunk],
+    budget: usize,
+    ticket: &str,
+) -> String {
     let mut out = String::new();
     for (path, text) in files {
         if out.len() + text.len() > budget && !out.is_empty() {
             break;
+        }
+        let pointed = crate::edit::pointed_lines(text, ticket);
+        if !pointed.is_empty() {
+            out.push_str(&format!(
+                "// Lines of {path} that use names from the ticket:\n// {}\n",
+                pointed.join("\n// ")
+            ));
         }
         out.push_str(&format!("// FILE: {path}\n{}\n\n", text.trim_end()));
     }
@@ -97,8 +113,9 @@ fn feedback_lines(s: &TicketPrState) -> String {
     )
 }
 
-/// How to write an edit, with an example (small models copy the shape of an example).
-const EDITS: &str = "To change a file, pick a line of it as `find` (copied exactly) and write what replaces that line as `replace` (one or more lines). Example: to make `int share = total / count;` safe, find `int share = total / count;` and replace it with `int share = count == 0 ? 0 : total / count;`.";
+/// How to write an edit. No worked example: a small model copies an example's code into
+/// the file.
+const EDITS: &str = "To change a file, pick the line to change as `find` (copied exactly from the file) and write that line as it should be as `replace` (one or more lines). Lines the ticket points at are listed before each file.";
 
 /// Generate the changes (seed node 5): a bug names its root cause, a story carries its
 /// acceptance criteria; both see the reviewer's feedback on a revision.

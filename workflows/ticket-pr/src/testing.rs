@@ -61,7 +61,10 @@ fn paths_of(schema: &Value, field: &str) -> Vec<String> {
         None => items.into_iter().collect(),
     };
     alts.iter()
-        .filter_map(|a| a.pointer("/properties/file_path/enum/0").and_then(Value::as_str))
+        .filter_map(|a| {
+            a.pointer("/properties/file_path/enum/0")
+                .and_then(Value::as_str)
+        })
         .map(str::to_string)
         .collect()
 }

@@ -83,12 +83,18 @@ async fn bug_ticket_end_to_end_on_the_real_models() {
     let modules = ["taskmaster-api", "taskmaster-core", "taskmaster-e2e"];
     let chosen = strings(&s["affected_modules"]);
     assert!(!chosen.is_empty());
-    assert!(chosen.iter().all(|m| modules.contains(&m.as_str())), "{chosen:?}");
+    assert!(
+        chosen.iter().all(|m| modules.contains(&m.as_str())),
+        "{chosen:?}"
+    );
     let repo = git2::Repository::open(&fx.repo).unwrap();
     let tree = repo.head().unwrap().peel_to_tree().unwrap();
     for c in s["retrieved_chunks"].as_array().unwrap() {
         let p = c["file_path"].as_str().unwrap();
-        assert!(tree.get_path(std::path::Path::new(p)).is_ok(), "retrieved {p} is not in the repository");
+        assert!(
+            tree.get_path(std::path::Path::new(p)).is_ok(),
+            "retrieved {p} is not in the repository"
+        );
     }
     let changes: Vec<Value> = s["proposed_changes"]
         .as_array()
@@ -107,7 +113,10 @@ async fn bug_ticket_end_to_end_on_the_real_models() {
             chosen.iter().any(|m| path.starts_with(&format!("{m}/"))),
             "{path} is outside the selected modules {chosen:?}"
         );
-        assert!(diff.contains(&format!("+++ b/{path}")), "{path} has no diff");
+        assert!(
+            diff.contains(&format!("+++ b/{path}")),
+            "{path} has no diff"
+        );
         assert!(!c["new_content"].as_str().unwrap().trim().is_empty());
     }
     assert!(diff.contains("\n@@ "), "{diff}");
@@ -135,7 +144,11 @@ async fn bug_ticket_end_to_end_on_the_real_models() {
     assert_eq!(commits.len(), paths.len(), "one commit per file");
     for (id, path) in commits.iter().zip(&paths) {
         let c = repo.find_commit(git2::Oid::from_str(id).unwrap()).unwrap();
-        assert!(c.summary().unwrap().starts_with("fix(TASK-101): "), "{:?}", c.summary());
+        assert!(
+            c.summary().unwrap().starts_with("fix(TASK-101): "),
+            "{:?}",
+            c.summary()
+        );
         let diff = repo
             .diff_tree_to_tree(
                 Some(&c.parent(0).unwrap().tree().unwrap()),
@@ -150,7 +163,10 @@ async fn bug_ticket_end_to_end_on_the_real_models() {
         assert_eq!(changed, [path.clone()]);
     }
     assert_eq!(repo.head().unwrap().shorthand(), Some("main"));
-    assert!(repo.statuses(None).unwrap().is_empty(), "the checkout is untouched");
+    assert!(
+        repo.statuses(None).unwrap().is_empty(),
+        "the checkout is untouched"
+    );
     let comments = TicketStore::open(&fx.tickets)
         .unwrap()
         .comments(BUG_TICKET)

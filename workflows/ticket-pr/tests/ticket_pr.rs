@@ -411,7 +411,10 @@ async fn an_approved_branch_is_pushed_to_a_configured_bare_remote() {
         .target()
         .unwrap();
     let commits = out.state["commits"].as_array().unwrap();
-    assert_eq!(pushed.to_string(), commits.last().unwrap().as_str().unwrap());
+    assert_eq!(
+        pushed.to_string(),
+        commits.last().unwrap().as_str().unwrap()
+    );
     assert_eq!(
         out.state["pr"]["pushed_to"],
         json!(bare_dir.display().to_string())

@@ -252,7 +252,7 @@ function renderDiff(text) {
     const span = el("span", { class: "line " + cls });
     if (cls === "add" || cls === "del" || cls === "ctx") { span.append(line.slice(0, 1)); highlightInto(span, line.slice(1)); }
     else span.append(line);
-    pre.append(span, "\n");
+    pre.append(span);
   }
   return pre;
 }
@@ -266,6 +266,8 @@ function renderInterrupt(thread, intr) {
     const dl = el("dl", { class: "kv" });
     for (const [k, val] of Object.entries(v)) {
       if (SPECIAL_FIELDS.includes(k) || MARKDOWN_FIELDS.includes(k)) continue;
+      // A review with a diff lists its files and warnings in its summary already.
+      if (typeof v.diff === "string" && (k === "files" || k === "warnings")) continue;
       dl.append(el("dt", {}, k), el("dd", {}, typeof val === "string" ? val : JSON.stringify(val)));
     }
     if (dl.childElementCount) card.append(dl);
