@@ -355,6 +355,21 @@ impl<E: Embedder> Embedder for CountingEmbedder<E> {
     }
 }
 
+/// Makes an embedder when first needed (workflows take one, so that tests can swap in a
+/// cheaper embedder than MiniLM).
+pub type EmbedderFactory = std::sync::Arc<
+    dyn Fn() -> std::result::Result<std::sync::Arc<dyn Embedder>, String> + Send + Sync,
+>;
+
+/// The default embedder, all-MiniLM-L6-v2 from `models/`, as an [`EmbedderFactory`].
+pub fn minilm() -> EmbedderFactory {
+    std::sync::Arc::new(|| {
+        BertEmbedder::default_model(EmbedOptions::default())
+            .map(|e| std::sync::Arc::new(e) as std::sync::Arc<dyn Embedder>)
+            .map_err(|e| e.to_string())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,19 +388,4 @@ mod tests {
         c.embed(&["a", "b"]).unwrap();
         assert_eq!((c.calls(), c.texts()), (1, 2));
     }
-}
-
-/// Makes an embedder when first needed (workflows take one, so that tests can swap in a
-/// cheaper embedder than MiniLM).
-pub type EmbedderFactory = std::sync::Arc<
-    dyn Fn() -> std::result::Result<std::sync::Arc<dyn Embedder>, String> + Send + Sync,
->;
-
-/// The default embedder, all-MiniLM-L6-v2 from `models/`, as an [`EmbedderFactory`].
-pub fn minilm() -> EmbedderFactory {
-    std::sync::Arc::new(|| {
-        BertEmbedder::default_model(EmbedOptions::default())
-            .map(|e| std::sync::Arc::new(e) as std::sync::Arc<dyn Embedder>)
-            .map_err(|e| e.to_string())
-    })
 }

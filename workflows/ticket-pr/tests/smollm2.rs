@@ -160,7 +160,7 @@ async fn bug_ticket_end_to_end_on_the_real_models() {
             .deltas()
             .map(|d| d.new_file().path().unwrap().display().to_string())
             .collect();
-        assert_eq!(changed, [path.clone()]);
+        assert_eq!(changed, std::slice::from_ref(path));
     }
     assert_eq!(repo.head().unwrap().shorthand(), Some("main"));
     assert!(
