@@ -47,6 +47,7 @@ try {
   }
   await card.locator(".md", { hasText: "Root cause" }).waitFor();
   await page.screenshot({ path: path.join(shots, "ferrograph-console-ticket-diff.png"), fullPage: true });
+  await card.screenshot({ path: path.join(shots, "ferrograph-console-ticket-gate.png") });
 
   await card.locator("button[data-choice=approve]").click();
   await page.locator("#d-status[data-status=done]").waitFor();

@@ -40,7 +40,7 @@ pub struct WorkflowConfig {
 }
 
 /// Workflows whose model `FERROGRAPH_<NAME>_MODEL` sets.
-pub const WORKFLOWS_WITH_MODELS: [&str; 3] = ["triage", "fraud", "tutor"];
+pub const WORKFLOWS_WITH_MODELS: [&str; 4] = ["triage", "fraud", "tutor", "ticket-to-pr"];
 
 /// A remote OpenAI-compatible provider.
 #[derive(Debug, Clone, Deserialize)]
@@ -188,7 +188,12 @@ impl Config {
             }
         }
         for name in WORKFLOWS_WITH_MODELS {
-            if let Some(m) = env(&format!("FERROGRAPH_{}_MODEL", name.to_ascii_uppercase())) {
+            // `ticket-to-pr` reads FERROGRAPH_TICKET_TO_PR_MODEL.
+            let var = format!(
+                "FERROGRAPH_{}_MODEL",
+                name.to_ascii_uppercase().replace('-', "_")
+            );
+            if let Some(m) = env(&var) {
                 workflow_models.insert(name.to_string(), m);
             }
         }

@@ -921,15 +921,19 @@ async fn generate_tests(
         Ok(x) => x,
         Err(e) => return Ok(failed(format!("the proposed tests: {e}")).llm_calls(calls)),
     };
-    let mut line = format!(
-        "{} test file(s): {}",
-        tests.len(),
-        tests
-            .iter()
-            .map(|c| c.file_path.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let mut line = if tests.is_empty() {
+        "No test change proposed".to_string()
+    } else {
+        format!(
+            "{} test file(s): {}",
+            tests.len(),
+            tests
+                .iter()
+                .map(|c| c.file_path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     if !dropped.is_empty() {
         line.push_str(&format!(" (dropped: {})", dropped.join("; ")));
     }
