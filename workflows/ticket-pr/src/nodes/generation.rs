@@ -1,0 +1,415 @@
+//! Steps 5 and 6: the changes and the tests, as line edits of the files offered (or new
+//! files written whole), checked against the repository before they reach the gate.
+
+use super::*;
+
+/// Source files the generator may rewrite: the picker's files, then the files of the best
+/// chunks, in the selected modules and not tests, at most `n`.
+pub(crate) fn candidate_sources(s: &TicketPrState, n: usize) -> Vec<String> {
+    let selected = s.selected_modules();
+    let in_scope =
+        |p: &String| !repo::is_test_path(p) && selected.iter().any(|m| m.files.contains(p));
+    let named = named_files(s, &selected);
+    let mut out: Vec<String> = Vec::new();
+    // Files the ticket or the classifier names come first, then the picker's, then
+    // retrieval's.
+    for p in named
+        .iter()
+        .chain(s.affected_files.iter())
+        .chain(s.retrieved_chunks.iter().map(|c| &c.file_path))
+    {
+        if in_scope(p)
+            && !out.contains(p)
+            && ferrograph_index::chunk::language_for_path(p).is_some()
+        {
+            out.push(p.clone());
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+/// Reads `paths` at the base commit.
+pub(crate) fn read_files(
+    s: &TicketPrState,
+    paths: &[String],
+) -> Result<Vec<(String, String)>, String> {
+    let repo = repo::open(Path::new(&s.repo)).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for p in paths {
+        if let Some(text) = repo::read_at(&repo, &s.base_commit, p).map_err(|e| e.to_string())? {
+            out.push((p.clone(), text));
+        }
+    }
+    Ok(out)
+}
+
+/// The model's files checked: paths inside the selected modules, edits of the file's own
+/// lines (or a new file's content), one entry per path, and no file left as it was. Returns
+/// the changes and what was dropped.
+pub(crate) fn check_changes(
+    s: &TicketPrState,
+    proposed: Vec<state::ProposedFile>,
+) -> Result<(Vec<FileChange>, Vec<String>), TicketPrError> {
+    let repo = repo::open(Path::new(&s.repo))?;
+    let selected = s.selected_modules();
+    let mut out: Vec<FileChange> = Vec::new();
+    let mut dropped = Vec::new();
+    for p in proposed {
+        let path = repo::check_path(&repo, &s.base_commit, &p.file_path, &selected)?;
+        let old = repo::read_at(&repo, &s.base_commit, &path)?;
+        let content = match edit::compose(&p, old.as_deref()) {
+            Ok(c) => c,
+            Err(why) => {
+                dropped.push(format!("{path}: {why}"));
+                continue;
+            }
+        };
+        if content.trim().is_empty() {
+            dropped.push(format!("{path}: empty content"));
+            continue;
+        }
+        if old.as_deref() == Some(content.as_str()) {
+            dropped.push(format!("{path}: unchanged"));
+            continue;
+        }
+        if out.iter().any(|c| c.file_path == path) {
+            dropped.push(format!("{path}: proposed twice"));
+            continue;
+        }
+        let description = match p.description.trim() {
+            d if d.is_empty() || edit::degenerate(d) => describe_edit(&p, &path),
+            d => d.to_string(),
+        };
+        out.push(FileChange {
+            file_path: path,
+            description,
+            new_content: content,
+        });
+    }
+    Ok((out, dropped))
+}
+
+/// A description composed from the change itself, for when the model's is empty or loops.
+pub(crate) fn describe_edit(p: &state::ProposedFile, path: &str) -> String {
+    let short = |t: &str| {
+        let t = t.trim().replace('\n', " ");
+        if t.chars().count() > 60 {
+            format!("{}…", t.chars().take(60).collect::<String>())
+        } else {
+            t
+        }
+    };
+    match p.edits.first() {
+        Some(e) if e.replace.trim().is_empty() => format!("remove `{}`", short(&e.find)),
+        Some(e) => format!("replace `{}` with `{}`", short(&e.find), short(&e.replace)),
+        None => format!("add {path}"),
+    }
+}
+
+/// The `items` schema of a list of proposed files: one alternative per allowed path, with
+/// edits of its own lines when it exists (`files`), else its whole content.
+pub(crate) fn files_schema(
+    paths: &[String],
+    files: &[(String, String)],
+    max_len: usize,
+    ticket: &str,
+) -> Value {
+    let alts: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            let lines = files.iter().find(|(f, _)| f == p).map(|(_, t)| {
+                // The lines the ticket points at first.
+                let mut l = edit::pointed_lines(t, ticket);
+                for x in edit::edit_targets(t) {
+                    if !l.contains(&x) {
+                        l.push(x);
+                    }
+                }
+                l
+            });
+            edit::file_schema(p, lines.as_deref(), max_len)
+        })
+        .collect();
+    match alts.as_slice() {
+        [one] => one.clone(),
+        _ => json!({ "anyOf": alts }),
+    }
+}
+
+/// `maxLength` of a new file's content and the tokens to allow for an answer.
+pub(crate) fn content_budget(files: &[(String, String)], new_files: usize) -> (usize, usize) {
+    let longest = files.iter().map(|(_, t)| t.len()).max().unwrap_or(1200);
+    let max_len = (longest + 400).clamp(1200, 6000);
+    // Edits are short; a new file is written whole.
+    (max_len, 700 + new_files * (max_len / 3))
+}
+
+/// Node 5: the changes, whole files; on a revision with the reviewer's feedback. A first
+/// answer that changes nothing is asked again on the alternative configuration once.
+pub(crate) async fn generate_code_changes(
+    d: Arc<Deps>,
+    s: Arc<TicketPrState>,
+    ctx: NodeContext,
+) -> Result<Update, NodeError> {
+    let llm = match d.llm() {
+        Ok(l) => l,
+        Err(e) => return Ok(failed(e)),
+    };
+    let paths = candidate_sources(&s, 2);
+    if paths.is_empty() {
+        return Ok(failed(format!(
+            "no source file found in the modules {} to change",
+            s.affected_modules.join(", ")
+        )));
+    }
+    let files = match read_files(&s, &paths) {
+        Ok(f) => f,
+        Err(e) => return Ok(failed(e)),
+    };
+    let ticket_text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    let context = prompts::code_context(&files, &s.retrieved_chunks, 9000, &ticket_text);
+    let msgs = messages_for(&s, prompts::generate_changes(&s, &context));
+    let (max_len, max_tokens) = content_budget(&files, 0);
+    let is_bug = s.ticket.ticket_type == TicketType::Bug;
+    let items = files_schema(&paths, &files, max_len, &ticket_text);
+    let patch = |schema: &mut Value| {
+        if let Some(p) = schema.pointer_mut("/properties/changes") {
+            p["items"] = items.clone();
+            p["maxItems"] = json!(paths.len());
+        }
+        if !is_bug {
+            if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+                props.remove("root_cause");
+            }
+            if let Some(req) = schema.get_mut("required").and_then(Value::as_array_mut) {
+                req.retain(|r| r != "root_cause");
+            }
+        }
+    };
+    let mut calls = Vec::new();
+    let mut dropped_all = Vec::new();
+    let mut result = None;
+    for alternative in [false, true] {
+        let (res, call) = llm
+            .structured_as::<CodeChanges>(
+                alternative,
+                "generate_code_changes",
+                &msgs,
+                max_tokens,
+                patch,
+                TokenSink::from_context(&ctx),
+            )
+            .await;
+        calls.push(call);
+        let answer = match res {
+            Ok(a) => a,
+            Err(e) => {
+                return Ok(failed(format!("generating the changes: {e}")).llm_calls(calls));
+            }
+        };
+        match check_changes(&s, answer.changes.clone()) {
+            Ok((changes, dropped)) if !changes.is_empty() => {
+                dropped_all.extend(dropped);
+                result = Some((answer.root_cause, changes));
+                break;
+            }
+            Ok((_, dropped)) => dropped_all.extend(dropped),
+            Err(e) => {
+                return Ok(failed(format!("the proposed changes: {e}")).llm_calls(calls));
+            }
+        }
+    }
+    let Some((root_cause, changes)) = result else {
+        return Ok(failed(format!(
+            "the model proposed no change to any file ({})",
+            dropped_all.join("; ")
+        ))
+        .llm_calls(calls));
+    };
+    let mut line = format!(
+        "Generation {}: {} file change(s): {}",
+        s.generations + 1,
+        changes.len(),
+        changes
+            .iter()
+            .map(|c| c.file_path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if !dropped_all.is_empty() {
+        line.push_str(&format!(" (dropped: {})", dropped_all.join("; ")));
+    }
+    Ok(Update::new()
+        .root_cause(if is_bug && !edit::degenerate(&root_cause) {
+            root_cause.trim().to_string()
+        } else {
+            String::new()
+        })
+        .proposed_changes(changes)
+        .proposed_tests(Vec::new())
+        .generations(1u32)
+        .decision(String::new())
+        .llm_calls(calls)
+        .messages(vec![line]))
+}
+
+/// `src/main/.../X.java` → `src/test/.../XTest.java` (and the like for other layouts).
+pub(crate) fn test_path_for(path: &str) -> Option<String> {
+    let p = Path::new(path);
+    let stem = p.file_stem()?.to_string_lossy().into_owned();
+    let ext = p.extension()?.to_string_lossy().into_owned();
+    let dir = p.parent()?.to_string_lossy().into_owned();
+    let dir = if dir.contains("/src/main/") {
+        dir.replacen("/src/main/", "/src/test/", 1)
+    } else if let Some(rest) = dir.strip_suffix("/src") {
+        format!("{rest}/tests")
+    } else {
+        dir
+    };
+    Some(match ext.as_str() {
+        "py" => format!("{dir}/test_{stem}.{ext}"),
+        "ts" | "js" => format!("{dir}/{stem}.test.{ext}"),
+        _ => format!("{dir}/{stem}Test.{ext}"),
+    })
+}
+
+/// Node 6: the tests, seeing the changes and the existing test of the changed class.
+pub(crate) async fn generate_tests(
+    d: Arc<Deps>,
+    s: Arc<TicketPrState>,
+    ctx: NodeContext,
+) -> Result<Update, NodeError> {
+    let llm = match d.llm() {
+        Ok(l) => l,
+        Err(e) => return Ok(failed(e)),
+    };
+    let selected = s.selected_modules();
+    let tests: Vec<String> = selected
+        .iter()
+        .flat_map(|m| m.files.iter())
+        .filter(|f| {
+            repo::is_test_path(f) && ferrograph_index::chunk::language_for_path(f).is_some()
+        })
+        .cloned()
+        .collect();
+    let stems: Vec<String> = s
+        .proposed_changes
+        .iter()
+        .filter_map(|c| Path::new(&c.file_path).file_stem())
+        .map(|x| x.to_string_lossy().to_lowercase())
+        .collect();
+    let stem_of = |p: &String| {
+        Path::new(p)
+            .file_stem()
+            .map(|x| x.to_string_lossy().to_lowercase())
+            .unwrap_or_default()
+    };
+    let existing = tests
+        .iter()
+        .find(|t| stems.iter().any(|st| stem_of(t).contains(st.as_str())))
+        .or_else(|| {
+            s.retrieved_chunks
+                .iter()
+                .map(|c| &c.file_path)
+                .find(|p| tests.contains(p))
+        })
+        .or_else(|| tests.first())
+        .cloned();
+    let mut paths: Vec<String> = existing.iter().cloned().collect();
+    for c in &s.proposed_changes {
+        if let Some(t) = test_path_for(&c.file_path) {
+            if !paths.contains(&t)
+                && !stems.is_empty()
+                && existing.as_ref().is_none_or(|e| stem_of(e) != stem_of(&t))
+                && selected
+                    .iter()
+                    .any(|m| t.starts_with(&format!("{}/", m.path)))
+            {
+                paths.push(t);
+            }
+        }
+    }
+    if paths.is_empty() {
+        return Ok(Update::new().messages(vec![
+            "No test file to write: the selected modules have no tests and no test path could be derived".into(),
+        ]));
+    }
+    let files = match existing
+        .as_ref()
+        .map(|e| read_files(&s, std::slice::from_ref(e)))
+    {
+        Some(Ok(f)) => f,
+        Some(Err(e)) => return Ok(failed(e)),
+        None => Vec::new(),
+    };
+    let shown = files.first().map(|(p, t)| (p.as_str(), t.as_str()));
+    let msgs = messages_for(&s, prompts::generate_tests(&s, shown));
+    let new_files = paths
+        .iter()
+        .filter(|p| !files.iter().any(|(f, _)| f == *p))
+        .count();
+    let (max_len, max_tokens) = content_budget(&files, new_files.min(1));
+    let ticket_text = format!("{} {}", s.ticket.summary, s.ticket.description);
+    let items = files_schema(&paths, &files, max_len, &ticket_text);
+    let (res, call) = llm
+        .structured::<TestChanges>(
+            "generate_tests",
+            &msgs,
+            max_tokens,
+            |schema| {
+                if let Some(p) = schema.pointer_mut("/properties/tests") {
+                    p["items"] = items.clone();
+                }
+            },
+            TokenSink::from_context(&ctx),
+        )
+        .await;
+    let calls = vec![call];
+    let answer = match res {
+        Ok(a) => a,
+        Err(e) => return Ok(failed(format!("generating the tests: {e}")).llm_calls(calls)),
+    };
+    let (tests, dropped) = match check_changes(&s, answer.tests) {
+        Ok(x) => x,
+        Err(e) => return Ok(failed(format!("the proposed tests: {e}")).llm_calls(calls)),
+    };
+    let mut line = if tests.is_empty() {
+        "No test change proposed".to_string()
+    } else {
+        format!(
+            "{} test file(s): {}",
+            tests.len(),
+            tests
+                .iter()
+                .map(|c| c.file_path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    if !dropped.is_empty() {
+        line.push_str(&format!(" (dropped: {})", dropped.join("; ")));
+    }
+    Ok(Update::new()
+        .proposed_tests(tests)
+        .llm_calls(calls)
+        .messages(vec![line]))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn test_paths_follow_the_layout() {
+        assert_eq!(
+            test_path_for("core/src/main/java/a/TaskService.java").unwrap(),
+            "core/src/test/java/a/TaskServiceTest.java"
+        );
+        assert_eq!(
+            test_path_for("pkg/src/util.py").unwrap(),
+            "pkg/tests/test_util.py"
+        );
+    }
+}
