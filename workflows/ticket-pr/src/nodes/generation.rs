@@ -145,7 +145,8 @@ pub(crate) fn content_budget(files: &[(String, String)], new_files: usize) -> (u
     (max_len, 700 + new_files * (max_len / 3))
 }
 
-/// Node 5: the changes, whole files; on a revision with the reviewer's feedback. A first
+/// Node 5: the changes, as line edits of the files offered; on a revision with the
+/// reviewer's feedback. A first
 /// answer that changes nothing is asked again on the alternative configuration once.
 pub(crate) async fn generate_code_changes(
     d: Arc<Deps>,
@@ -227,19 +228,15 @@ pub(crate) async fn generate_code_changes(
         ))
         .llm_calls(calls));
     };
-    let mut line = format!(
-        "Generation {}: {} file change(s): {}",
-        s.generations + 1,
-        changes.len(),
-        changes
-            .iter()
-            .map(|c| c.file_path.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    let line = files_line(
+        &format!(
+            "Generation {}: {} file change(s)",
+            s.generations + 1,
+            changes.len()
+        ),
+        &changes,
+        &dropped_all,
     );
-    if !dropped_all.is_empty() {
-        line.push_str(&format!(" (dropped: {})", dropped_all.join("; ")));
-    }
     Ok(Update::new()
         .root_cause(if is_bug && !edit::degenerate(&root_cause) {
             root_cause.trim().to_string()
@@ -252,6 +249,19 @@ pub(crate) async fn generate_code_changes(
         .decision(String::new())
         .llm_calls(calls)
         .messages(vec![line]))
+}
+
+/// A progress line: `head: path, path (dropped: why; why)`.
+fn files_line(head: &str, files: &[FileChange], dropped: &[String]) -> String {
+    let mut line = head.to_string();
+    if !files.is_empty() {
+        let paths: Vec<&str> = files.iter().map(|c| c.file_path.as_str()).collect();
+        line.push_str(&format!(": {}", paths.join(", ")));
+    }
+    if !dropped.is_empty() {
+        line.push_str(&format!(" (dropped: {})", dropped.join("; ")));
+    }
+    line
 }
 
 /// `src/main/.../X.java` → `src/test/.../XTest.java` (and the like for other layouts).
@@ -374,22 +384,11 @@ pub(crate) async fn generate_tests(
         Ok(x) => x,
         Err(e) => return Ok(failed(format!("the proposed tests: {e}")).llm_calls(calls)),
     };
-    let mut line = if tests.is_empty() {
-        "No test change proposed".to_string()
+    let line = if tests.is_empty() {
+        files_line("No test change proposed", &tests, &dropped)
     } else {
-        format!(
-            "{} test file(s): {}",
-            tests.len(),
-            tests
-                .iter()
-                .map(|c| c.file_path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
+        files_line(&format!("{} test file(s)", tests.len()), &tests, &dropped)
     };
-    if !dropped.is_empty() {
-        line.push_str(&format!(" (dropped: {})", dropped.join("; ")));
-    }
     Ok(Update::new()
         .proposed_tests(tests)
         .llm_calls(calls)
