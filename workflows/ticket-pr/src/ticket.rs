@@ -354,6 +354,26 @@ mod tests {
     }
 
     #[test]
+    fn one_ticket_file_is_a_store_of_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("T-7.md");
+        std::fs::write(&file, "# T-7: One file\nType: Bug\n\nBroken.\n").unwrap();
+        let s = TicketStore::open(&file).unwrap();
+        assert_eq!(s.keys().unwrap(), ["T-7"]);
+        assert_eq!(s.get("T-7").unwrap().description, "Broken.");
+        assert!(matches!(s.get("T-8"), Err(TicketPrError::UnknownTicket(_))));
+        let c = Comment {
+            id: "pr-1".into(),
+            author: "ferrograph".into(),
+            body: "x".into(),
+            created_ms: 1,
+        };
+        assert!(s.add_comment("T-7", &c).unwrap());
+        assert!(dir.path().join("T-7.comments.jsonl").is_file());
+        assert!(TicketStore::open(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
     fn a_comment_is_added_once_and_a_torn_line_is_cut() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
