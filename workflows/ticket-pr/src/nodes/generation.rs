@@ -78,7 +78,13 @@ pub(crate) fn check_changes(
             continue;
         }
         let description = match p.description.trim() {
-            d if d.is_empty() || edit::degenerate(d) => describe_edit(&p, &path),
+            // Empty, looping, or cut off at the schema's 160 characters mid-sentence.
+            d if d.is_empty()
+                || edit::degenerate(d)
+                || (d.chars().count() >= 155 && !d.ends_with(['.', ')', '`'])) =>
+            {
+                describe_edit(&p, &path)
+            }
             d => d.to_string(),
         };
         out.push(FileChange {
