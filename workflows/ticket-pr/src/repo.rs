@@ -330,17 +330,21 @@ pub fn check_path(
             names.join(", ")
         )));
     }
-    let files = files_at(repo, commit)?;
+    let tree = repo
+        .find_commit(oid(commit)?)
+        .and_then(|c| c.tree())
+        .map_err(TicketPrError::git(format!("reading commit {commit}")))?;
     let parts: Vec<&str> = p.split('/').collect();
     for i in 1..=parts.len() {
         let prefix = parts[..i].join("/");
-        if let Some((_, mode)) = files.iter().find(|(f, _)| *f == prefix) {
-            if *mode == LINK_MODE {
-                return Err(refuse(format!("{prefix} is a symbolic link")));
-            }
-            if i < parts.len() {
-                return Err(refuse(format!("{prefix} is a file, not a folder")));
-            }
+        let Ok(entry) = tree.get_path(Path::new(&prefix)) else {
+            break;
+        };
+        if entry.filemode() == LINK_MODE {
+            return Err(refuse(format!("{prefix} is a symbolic link")));
+        }
+        if i < parts.len() && entry.kind() != Some(ObjectType::Tree) {
+            return Err(refuse(format!("{prefix} is a file, not a folder")));
         }
     }
     Ok(p)

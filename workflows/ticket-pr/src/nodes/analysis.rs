@@ -67,8 +67,7 @@ pub(crate) async fn classify_ticket(
             TokenSink::from_context(&ctx),
         )
         .await;
-    let mut calls = Vec::new();
-    record(&mut calls, call);
+    let calls = vec![call];
     let c = match res {
         Ok(c) => c,
         Err(e) => return Ok(failed(format!("classifying the ticket: {e}")).llm_calls(calls)),
@@ -270,20 +269,7 @@ pub(crate) fn first_sentence(text: &str) -> String {
 /// Files of `modules` whose names the ticket itself spells exactly (`TaskService`).
 pub(crate) fn named_files_exactly(s: &TicketPrState, modules: &[repo::Module]) -> Vec<String> {
     let text = format!("{} {}", s.ticket.summary, s.ticket.description);
-    let words: std::collections::HashSet<&str> = text
-        .split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| w.len() > 2)
-        .collect();
-    modules
-        .iter()
-        .flat_map(|m| m.files.iter())
-        .filter(|p| {
-            Path::new(p)
-                .file_stem()
-                .is_some_and(|st| words.contains(st.to_string_lossy().as_ref()))
-        })
-        .cloned()
-        .collect()
+    files_named_in(&text, modules, false)
 }
 
 /// Files of `modules` whose names the ticket or the classifier mentions: first those named
@@ -295,18 +281,13 @@ pub(crate) fn named_files(s: &TicketPrState, modules: &[repo::Module]) -> Vec<St
         text.push(' ');
         text.push_str(&c.affected_components.join(" "));
     }
-    let words: std::collections::HashSet<&str> = text
-        .split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| w.len() > 2)
-        .collect();
-    let loose: std::collections::HashSet<String> = words
-        .iter()
-        .flat_map(|w| {
-            let l = w.to_lowercase();
-            let singular = l.strip_suffix('s').map(str::to_string);
-            std::iter::once(l).chain(singular)
-        })
-        .collect();
+    files_named_in(&text, modules, true)
+}
+
+/// Files of `modules` whose stem is a word of `text`, then (when `loose`) those whose stem
+/// is a word in another case or without its plural `s`.
+fn files_named_in(text: &str, modules: &[repo::Module], loose: bool) -> Vec<String> {
+    let words = edit::identifiers(text);
     let stem = |p: &String| {
         Path::new(p)
             .file_stem()
@@ -316,12 +297,22 @@ pub(crate) fn named_files(s: &TicketPrState, modules: &[repo::Module]) -> Vec<St
     let files: Vec<&String> = modules.iter().flat_map(|m| m.files.iter()).collect();
     let mut out: Vec<String> = files
         .iter()
-        .filter(|p| words.contains(stem(p).as_str()))
+        .filter(|p| words.contains(&stem(p)))
         .map(|p| (*p).clone())
         .collect();
-    for p in files {
-        if !out.contains(p) && loose.contains(&stem(p).to_lowercase()) {
-            out.push(p.clone());
+    if loose {
+        let lower: std::collections::HashSet<String> = words
+            .iter()
+            .flat_map(|w| {
+                let l = w.to_lowercase();
+                let singular = l.strip_suffix('s').map(str::to_string);
+                std::iter::once(l).chain(singular)
+            })
+            .collect();
+        for p in files {
+            if !out.contains(p) && lower.contains(&stem(p).to_lowercase()) {
+                out.push(p.clone());
+            }
         }
     }
     out

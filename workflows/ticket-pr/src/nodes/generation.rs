@@ -96,7 +96,8 @@ pub(crate) fn check_changes(
     Ok((out, dropped))
 }
 
-/// A description composed from the change itself, for when the model's is empty or loops.
+/// A description composed from the change itself, for when the model's is empty, loops or
+/// is cut off.
 pub(crate) fn describe_edit(p: &state::ProposedFile, path: &str) -> String {
     let short = |t: &str| {
         let t = t.trim().replace('\n', " ");
@@ -152,8 +153,8 @@ pub(crate) fn content_budget(files: &[(String, String)], new_files: usize) -> (u
 }
 
 /// Node 5: the changes, as line edits of the files offered; on a revision with the
-/// reviewer's feedback. A first
-/// answer that changes nothing is asked again on the alternative configuration once.
+/// reviewer's feedback. A first answer that changes nothing is asked again on the alternative
+/// configuration once.
 pub(crate) async fn generate_code_changes(
     d: Arc<Deps>,
     s: Arc<TicketPrState>,
@@ -336,7 +337,6 @@ pub(crate) async fn generate_tests(
     for c in &s.proposed_changes {
         if let Some(t) = test_path_for(&c.file_path) {
             if !paths.contains(&t)
-                && !stems.is_empty()
                 && existing.as_ref().is_none_or(|e| stem_of(e) != stem_of(&t))
                 && selected
                     .iter()

@@ -19,7 +19,7 @@ use crate::{
     edit, metrics, prompts, prs, repo, state, ticket, TicketPrError, TicketPrSettings,
     TicketPrState, TicketPrStateUpdate, LARGE_FILE_LINES, MAX_GENERATIONS,
 };
-use ferrograph::chat::agent::{AgentLlm, LlmCall};
+use ferrograph::chat::agent::AgentLlm;
 use ferrograph::chat::TokenSink;
 use ferrograph::core::message::Message;
 use ferrograph::prelude::*;
@@ -152,8 +152,4 @@ pub(crate) fn messages_for(s: &TicketPrState, task: String) -> Vec<Message> {
         Message::system(prompts::system(&repo_name(s))),
         Message::human(task),
     ]
-}
-
-pub(crate) fn record(calls: &mut Vec<LlmCall>, c: LlmCall) {
-    calls.push(c);
 }

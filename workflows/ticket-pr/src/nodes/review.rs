@@ -38,18 +38,12 @@ pub(crate) async fn prepare_diff_summary(
             Ok(o) => o,
             Err(e) => return Ok(failed(e.to_string())),
         };
-        match repo::unified_diff(&c.file_path, old.as_deref(), &c.new_content) {
-            Ok(d) => diff.push_str(&d),
+        let file_diff = match repo::unified_diff(&c.file_path, old.as_deref(), &c.new_content) {
+            Ok(d) => d,
             Err(e) => return Ok(failed(e.to_string())),
-        }
-        let (mut added, mut removed) = (0usize, 0usize);
-        for l in diff_lines(&c.file_path, old.as_deref(), &c.new_content) {
-            match l {
-                '+' => added += 1,
-                '-' => removed += 1,
-                _ => {}
-            }
-        }
+        };
+        let (added, removed) = changed_lines(&file_diff);
+        diff.push_str(&file_diff);
         let new_file = if old.is_none() { ", new file" } else { "" };
         lines.push(format!(
             "- `{}` — {} (+{added} −{removed}{new_file})",
@@ -94,16 +88,16 @@ pub(crate) async fn prepare_diff_summary(
         )]))
 }
 
-/// `+`/`-` per changed line of the diff of `path` (for the summary's counts).
-pub(crate) fn diff_lines(path: &str, old: Option<&str>, new: &str) -> Vec<char> {
-    repo::unified_diff(path, old, new)
-        .map(|d| {
-            d.lines()
-                .filter(|l| !l.starts_with("+++") && !l.starts_with("---"))
-                .filter_map(|l| l.chars().next().filter(|c| *c == '+' || *c == '-'))
-                .collect()
-        })
-        .unwrap_or_default()
+/// Lines added and removed by a unified diff (its `+++`/`---` headers aside).
+fn changed_lines(diff: &str) -> (usize, usize) {
+    let body = diff
+        .lines()
+        .filter(|l| !l.starts_with("+++") && !l.starts_with("---"));
+    body.fold((0, 0), |(a, r), l| match l.as_bytes().first() {
+        Some(b'+') => (a + 1, r),
+        Some(b'-') => (a, r + 1),
+        _ => (a, r),
+    })
 }
 
 /// A reviewer's answer.
