@@ -69,6 +69,12 @@ pub(crate) fn check_changes(
             dropped.push(format!("{path}: empty content"));
             continue;
         }
+        // A small model writes a new file's name as its content.
+        let name = path.rsplit('/').next().unwrap_or(&path);
+        if old.is_none() && !content.trim().contains('\n') && content.trim().ends_with(name) {
+            dropped.push(format!("{path}: its content is only its name"));
+            continue;
+        }
         if old.as_deref() == Some(content.as_str()) {
             dropped.push(format!("{path}: unchanged"));
             continue;
@@ -285,6 +291,8 @@ pub(crate) fn test_path_for(path: &str) -> Option<String> {
         dir
     };
     Some(match ext.as_str() {
+        // Rust's unit tests live in the file they test; no test file is derived.
+        "rs" => return None,
         "py" => format!("{dir}/test_{stem}.{ext}"),
         "ts" | "js" => format!("{dir}/{stem}.test.{ext}"),
         _ => format!("{dir}/{stem}Test.{ext}"),
@@ -416,5 +424,6 @@ mod tests {
             test_path_for("pkg/src/util.py").unwrap(),
             "pkg/tests/test_util.py"
         );
+        assert_eq!(test_path_for("benches/bench.rs"), None);
     }
 }
