@@ -162,7 +162,12 @@ pub fn outcome(o: &JsonOutcome, workflow: &str) {
     let thread = o.thread_id.clone().unwrap_or_default();
     match o.status {
         "done" if failed(o) => line(format!(
-            "\n✘ {workflow} failed (thread {thread}); see the error above and the report"
+            "\n✘ {workflow} failed (thread {thread}); see the error above{}",
+            if o.state.get("report_files").is_some_and(Value::is_object) {
+                " and the report"
+            } else {
+                ""
+            }
         )),
         "done" => line(format!("\n✔ {workflow} finished (thread {thread})")),
         "interrupted" => {

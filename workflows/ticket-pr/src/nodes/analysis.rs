@@ -191,7 +191,11 @@ pub(crate) async fn identify_modules(
         })
         .cloned()
         .collect();
-    let reasoning = first_sentence(&choice.reasoning);
+    // A looping or rambling reason is left out rather than shown.
+    let reasoning = match first_sentence(&choice.reasoning) {
+        r if edit::degenerate(&r) || r.chars().count() > 200 => "no usable reason given".into(),
+        r => r,
+    };
     let mut line = format!("Modules affected: {} ({reasoning})", chosen.join(", "));
     if !added.is_empty() {
         line.push_str(&format!("; added: {}", added.join(", ")));
