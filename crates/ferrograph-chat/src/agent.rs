@@ -369,6 +369,36 @@ pub fn constrain_to(schema: &mut Value, field: &str, values: &[String]) {
     }
 }
 
+/// Whether a model's sentence loops: a sentence said twice, or a four-word phrase three
+/// times.
+pub fn degenerate(text: &str) -> bool {
+    let sentences: Vec<String> = text
+        .split(['.', '!', '?'])
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| s.split_whitespace().count() >= 3)
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    if sentences.iter().any(|s| !seen.insert(s.clone())) {
+        return true;
+    }
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    let mut counts = std::collections::HashMap::new();
+    for w in words.windows(4) {
+        let c = counts.entry(w.join(" ")).or_insert(0);
+        *c += 1;
+        if *c >= 3 {
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -40,35 +40,7 @@ pub fn pointed_lines(text: &str, ticket: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether a model's sentence loops: a sentence said twice, or a four-word phrase three
-/// times.
-pub fn degenerate(text: &str) -> bool {
-    let sentences: Vec<String> = text
-        .split(['.', '!', '?'])
-        .map(|s| s.trim().to_lowercase())
-        .filter(|s| s.split_whitespace().count() >= 3)
-        .collect();
-    let mut seen = std::collections::HashSet::new();
-    if sentences.iter().any(|s| !seen.insert(s.clone())) {
-        return true;
-    }
-    let words: Vec<String> = text
-        .split_whitespace()
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .collect();
-    let mut counts = std::collections::HashMap::new();
-    for w in words.windows(4) {
-        let c = counts.entry(w.join(" ")).or_insert(0);
-        *c += 1;
-        if *c >= 3 {
-            return true;
-        }
-    }
-    false
-}
+pub use ferrograph::chat::agent::degenerate;
 
 /// The lines of `text` a model may pick: trimmed, not empty, each once, in file order.
 pub fn edit_targets(text: &str) -> Vec<String> {
