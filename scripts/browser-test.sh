@@ -63,6 +63,10 @@ start_server tickets --ticket-pr
 echo "== ticket-to-pr review gate (diff) against $url"
 node tests/browser/ticket.mjs "$url" "$work/tickets/fx"
 
+start_server team --team
+echo "== team gates (stories, deployment) against $url"
+node tests/browser/team.mjs "$url" "$work/team/teamfx/wordstats"
+
 token="browser-test-$RANDOM$RANDOM"
 start_server guarded --token "$token"
 echo "== console test against $url (bearer token required)"

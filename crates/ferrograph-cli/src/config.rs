@@ -40,7 +40,7 @@ pub struct WorkflowConfig {
 }
 
 /// Workflows whose model `FERROGRAPH_<NAME>_MODEL` sets.
-pub const WORKFLOWS_WITH_MODELS: [&str; 4] = ["triage", "fraud", "tutor", "ticket-to-pr"];
+pub const WORKFLOWS_WITH_MODELS: [&str; 5] = ["triage", "fraud", "tutor", "ticket-to-pr", "team"];
 
 /// A remote OpenAI-compatible provider.
 #[derive(Debug, Clone, Deserialize)]

@@ -12,6 +12,7 @@ mod fraud;
 mod index;
 mod print;
 mod progress;
+mod team;
 mod tickets;
 
 /// Graph runs allocate many small, short-lived objects; mimalloc handles them several times
@@ -195,6 +196,11 @@ enum Command {
     Prs {
         #[command(subcommand)]
         what: tickets::PrsCommand,
+    },
+    /// The team workflow: the fixture brief, and a run's state, audit trail and events.
+    Team {
+        #[command(subcommand)]
+        what: team::TeamCommand,
     },
     /// The fraud workflow's dataset and stored investigations (cases, list, show, audit).
     Fraud {
@@ -582,7 +588,7 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
 /// describe (a remote OpenAI-compatible server, or a local GGUF: the configured one or the
 /// manifest's default), so a workflow switches between local and remote by configuration.
 /// Every workflow the CLI ships: `demo` and `review` (no model or data), `fraud`, `triage`,
-/// `tutor` and `ticket-to-pr` (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
+/// `tutor`, `ticket-to-pr` and `team` (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
 async fn builtin_registry(
     runtime: &Runtime,
     saver: Arc<dyn CheckpointSaver>,
@@ -593,7 +599,8 @@ async fn builtin_registry(
     ferrograph_fraud::register(&mut r, runtime, saver.clone(), settings).await?;
     ferrograph_triage::register(&mut r, runtime, saver.clone(), settings).await?;
     ferrograph_tutor::register(&mut r, runtime, saver.clone(), settings).await?;
-    ferrograph_ticket_pr::register(&mut r, runtime, saver, settings).await?;
+    ferrograph_ticket_pr::register(&mut r, runtime, saver.clone(), settings).await?;
+    ferrograph_team::register(&mut r, runtime, saver, settings).await?;
     Ok(r)
 }
 
@@ -1267,6 +1274,11 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             tickets::run_prs(what, &config.data_dir)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Team { what } => {
+            let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+            team::run(what, &config.data_dir)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Fraud { what } => {
             let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
             fraud::run(what, &config.data_dir)?;
@@ -1463,6 +1475,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         | Command::Fraud { .. }
         | Command::Tickets { .. }
         | Command::Prs { .. }
+        | Command::Team { .. }
         | Command::Eval { .. }
         | Command::Bundle { .. } => Ok(ExitCode::SUCCESS),
     }

@@ -88,7 +88,9 @@ pub fn event(ev: &JsonEvent) {
 pub fn failed(o: &JsonOutcome) -> bool {
     matches!(
         o.state.get("status").and_then(Value::as_str),
-        Some("FAILED" | "failed" | "unknown ticket")
+        Some(
+            "FAILED" | "failed" | "unknown ticket" | "blocked" | "abandoned" | "deployment failed"
+        )
     )
 }
 
@@ -122,6 +124,25 @@ fn progress_lines(state: &Value, thread: &str) -> Option<Vec<String>> {
             out.push(format!(
                 "branch: {b} (git -C {repo} log --oneline {base}..{b})"
             ));
+        }
+    }
+    if let (Some(l), Some(dir)) = (
+        state.get("lifecycle").and_then(Value::as_str),
+        state.get("run_dir").and_then(Value::as_str),
+    ) {
+        out.push(format!("lifecycle: {l}"));
+        out.push(format!("run folder: {dir} (ferrograph team show {thread})"));
+        if let Some(p) = state
+            .pointer("/deployment/status/deployment_path")
+            .and_then(Value::as_str)
+        {
+            if state
+                .pointer("/deployment/status/status")
+                .and_then(Value::as_str)
+                == Some("deployed")
+            {
+                out.push(format!("release: {p}"));
+            }
         }
     }
     out.push(format!("full state: ferrograph threads show {thread}"));
@@ -178,6 +199,9 @@ pub fn outcome(o: &JsonOutcome, workflow: &str) {
                 line(format!("\ninterrupt {} at {}:", i.id, i.node));
                 if let Some(summary) = i.value.0.get("summary").and_then(Value::as_str) {
                     line(summary);
+                    if let Some(how) = i.value.0.get("instructions").and_then(Value::as_str) {
+                        line(format!("\n{how}"));
+                    }
                     // A review gate's proposed change, as a unified diff.
                     if let Some(diff) = i.value.0.get("diff").and_then(Value::as_str) {
                         line(format!("\n{}", diff.trim_end()));

@@ -2,7 +2,7 @@
 //! memory) checkpoint store, on 127.0.0.1.
 //!
 //! ```text
-//! cargo run -p ferrograph-server --example console_server -- --port 0 --data-dir DIR [--token T] [--tutor] [--ticket-pr]
+//! cargo run -p ferrograph-server --example console_server -- --port 0 --data-dir DIR [--token T] [--tutor] [--ticket-pr] [--team]
 //! ```
 //!
 //! `--tutor` adds the tutor workflow with a stand-in model that streams an answer quoted from
@@ -10,6 +10,7 @@
 //! the notes), over a hashing embedder: what the chat page's browser test drives. The real
 //! model's tutor is tested in `workflows/tutor/tests/smollm2.rs`.
 //!
+//! `--team` adds the team workflow with its scripted model on the fixture brief.
 //! `--ticket-pr` adds ticket-to-pr with its scripted engineer on the TaskMaster fixture
 //! (written to `DIR/fx`, the one folder clients may name): what the console's diff test
 //! drives.
@@ -30,6 +31,7 @@ struct Args {
     max_body_bytes: usize,
     tutor: bool,
     ticket_pr: bool,
+    team: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -40,6 +42,7 @@ fn parse_args() -> Result<Args, String> {
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         tutor: false,
         ticket_pr: false,
+        team: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -50,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
             "--token" => args.token = Some(value()?),
             "--tutor" => args.tutor = true,
             "--ticket-pr" => args.ticket_pr = true,
+            "--team" => args.team = true,
             "--max-body-bytes" => {
                 args.max_body_bytes = value()?
                     .parse()
@@ -127,6 +131,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             data_dir.join("out"),
         )?);
         println!("ticket fixture at {}", data_dir.join("fx").display());
+    }
+    if args.team {
+        // The team's fixture brief under <data>/teamfx and the scripted team as the model.
+        let data_dir = match &args.data_dir {
+            Some(d) => std::path::PathBuf::from(d),
+            None => _scratch.path().to_path_buf(),
+        };
+        let fx = ferrograph_team::fixture::create(&data_dir.join("teamfx"))?;
+        let model =
+            ferrograph_team::testing::scripted_model(ferrograph_team::testing::Behaviour::Good);
+        ferrograph_team::register_with(
+            &mut registry,
+            &runtime,
+            saver.clone(),
+            ferrograph_team::testing::settings(&data_dir, Arc::new(model)),
+        )
+        .await?;
+        access.roots = Some(ferrograph::runtime::PathRoots::new(
+            [data_dir.clone()],
+            data_dir.join("out"),
+        )?);
+        println!("team brief at {}", fx.brief.display());
     }
     let state = AppState::new(registry, saver, args.token)
         .with_max_body_bytes(args.max_body_bytes)

@@ -104,18 +104,20 @@ impl TeamStore {
             return Ok(db.clone());
         }
         std::fs::create_dir_all(&self.path).map_err(|e| TeamError::io(&self.path, e))?;
-        let db = sled::open(&self.path).map_err(|e| match e {
-            sled::Error::Io(io)
-                if io.kind() == std::io::ErrorKind::Other
-                    || io.kind() == std::io::ErrorKind::WouldBlock =>
-            {
-                TeamError::Busy {
-                    path: self.path.clone(),
-                    reason: io.to_string(),
-                }
-            }
-            other => TeamError::Store(other),
-        })?;
+        let db =
+            ferrograph::checkpoint_savers::open_sled(&self.path, std::time::Duration::from_secs(2))
+                .map_err(|e| match e {
+                    sled::Error::Io(io)
+                        if io.kind() == std::io::ErrorKind::Other
+                            || io.kind() == std::io::ErrorKind::WouldBlock =>
+                    {
+                        TeamError::Busy {
+                            path: self.path.clone(),
+                            reason: io.to_string(),
+                        }
+                    }
+                    other => TeamError::Store(other),
+                })?;
         open.insert(self.path.clone(), db.clone());
         Ok(db)
     }

@@ -268,6 +268,8 @@ function renderInterrupt(thread, intr) {
       if (SPECIAL_FIELDS.includes(k) || MARKDOWN_FIELDS.includes(k)) continue;
       // A review with a diff lists its files and warnings in its summary already.
       if (typeof v.diff === "string" && (k === "files" || k === "warnings")) continue;
+      // With a summary, structured fields are what it summarises: only plain values are listed.
+      if (typeof v.summary === "string" && val !== null && typeof val === "object") continue;
       dl.append(el("dt", {}, k), el("dd", {}, typeof val === "string" ? val : JSON.stringify(val)));
     }
     if (dl.childElementCount) card.append(dl);
@@ -293,7 +295,8 @@ function renderInterrupt(thread, intr) {
   const actions = el("div", { class: "actions" });
   if (choices) {
     const buttons = [];
-    const fb = el("textarea", { rows: 1, placeholder: "feedback for a revision", "aria-label": "feedback" });
+    const hint = v && typeof v.feedback_placeholder === "string" ? v.feedback_placeholder : "feedback for a revision";
+    const fb = el("textarea", { rows: 1, placeholder: hint, "aria-label": "feedback" });
     for (const c of choices) {
       if (c === "feedback") continue;
       const cls = c === "approve" ? "approve" : c === "reject" ? "reject" : "";

@@ -113,6 +113,7 @@ pub(crate) async fn pm_escalation(
         "last_failure": imp.last_failure,
         "blockers": s.blockers.iter().filter(|b| !b.resolved).collect::<Vec<_>>(),
         "choices": ["approve", "reject", "feedback"],
+        "feedback_placeholder": "a hint for the engineer (retry with it)",
         "instructions": "approve: retry; feedback: retry with this hint; reject: abandon",
     }))?;
     let answer = EscalationAnswer::from_json(&answer).map_err(NodeError::fatal)?;

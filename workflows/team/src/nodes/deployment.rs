@@ -85,6 +85,7 @@ async fn devops(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, St
         .implementation
         .artifacts
         .iter()
+        .filter(|a| !crate::brief::is_test_file(&a.file_path))
         .map(|a| a.file_path.clone())
         .collect();
     let program = s
@@ -260,6 +261,7 @@ pub(crate) async fn deploy_gate(
         "deployment_path": target,
         "runbook": s.deployment.runbook,
         "choices": ["approve", "reject", "feedback"],
+        "feedback_placeholder": "why the deployment is rejected (back to QC)",
     }))?;
     let answer = GateAnswer::from_json(&answer).map_err(NodeError::fatal)?;
     let mut dep = s.deployment.clone();

@@ -19,6 +19,10 @@ fn ident(name: &str) -> String {
     s.trim_matches('_').chars().take(40).collect()
 }
 
+fn same_text(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
 fn stem(file: &str) -> String {
     file.rsplit('/')
         .next()
@@ -89,6 +93,8 @@ async fn ta(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
             let ok = !name.is_empty()
                 && sources.contains(&c.file_path)
                 && usable(&c.responsibility)
+                && c.responsibility.split_whitespace().count() >= 3
+                && !c.responsibility.contains(&c.file_path)
                 && grounded(&c.responsibility, &source_text)
                 && !components.iter().any(|k| k.name == name);
             if ok {
@@ -100,10 +106,16 @@ async fn ta(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
             }
         }
         let dd = a.decision;
-        if usable(&dd.title)
+        let n = |t: &str| t.split_whitespace().count();
+        let ok = usable(&dd.title)
             && usable(&dd.decision)
-            && grounded(&format!("{} {}", dd.context, dd.decision), &source_text)
-        {
+            && n(&dd.title) >= 2
+            && n(&dd.decision) >= 6
+            && n(&dd.context) >= 5
+            && !same_text(&dd.title, &dd.decision)
+            && !same_text(&dd.context, &dd.decision)
+            && grounded(&format!("{} {}", dd.context, dd.decision), &source_text);
+        if ok {
             decision = Some(dd);
         }
     }

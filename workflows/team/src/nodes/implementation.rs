@@ -43,6 +43,9 @@ fn code_ok(code: &str) -> bool {
 }
 
 fn summary(r: &TestResults) -> String {
+    if r.failed_test_ids.first().is_some_and(|f| f == "<no code>") {
+        return r.output.clone();
+    }
     if r.timed_out {
         return "the tests ran past their time limit".into();
     }
@@ -220,7 +223,10 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
             )
             .await?;
         match ans.map(|c| clean_code(&c.code)) {
-            Some(code) if code_ok(&code) => {
+            Some(code) if !code.trim().is_empty() => {
+                if !code_ok(&code) {
+                    t.audit("model", format!("`{}` from the model is one line or one line repeated; it is run anyway", task.file_path), Value::Null);
+                }
                 files.insert(task.file_path.clone(), code);
             }
             _ => missing.push(task.file_path.clone()),
@@ -241,7 +247,10 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
             )
             .await?;
         match ans.map(|c| clean_code(&c.code)) {
-            Some(code) if code_ok(&code) => {
+            Some(code) if !code.trim().is_empty() => {
+                if !code_ok(&code) {
+                    t.audit("model", format!("`{}` from the model is one line or one line repeated; it is run anyway", tt.file_path), Value::Null);
+                }
                 files.insert(tt.file_path.clone(), code);
             }
             _ => missing.push(tt.file_path.clone()),
@@ -274,8 +283,9 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
         &results,
     );
     let mut written_by = "model".to_string();
+    let model_summary = summary(&results);
     if !results.passing() && !s.requirement.reference.is_empty() {
-        let why = summary(&results);
+        let why = model_summary.clone();
         let fb = run_suite(
             d,
             &ws_dir,
@@ -353,11 +363,15 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
             test_coverage: results.coverage_percent,
             self_tests_passing: true,
         });
-        t.say(format!(
-            "attempt {attempt}: {} ({written_by}); committed {}",
-            summary(&results),
-            &commit[..10]
-        ));
+        if written_by == "fallback" {
+            t.say(format!("attempt {attempt}: the model's code failed ({model_summary}); the brief's reference implementation: {}; committed {}", summary(&results), &commit[..10]));
+        } else {
+            t.say(format!(
+                "attempt {attempt}: the model's code: {}; committed {}",
+                summary(&results),
+                &commit[..10]
+            ));
+        }
         u = u.saga(saga).workspace_head(commit);
     } else {
         imp.attempts += 1;

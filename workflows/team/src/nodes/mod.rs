@@ -360,6 +360,19 @@ impl Turn {
             artifacts::write_jsonl(&self.run_dir.join("transitions.jsonl"), &tr)
                 .map_err(|e| e.to_string())?;
         }
+        if !self.run_dir.as_os_str().is_empty() {
+            let summary = json!({
+                "run": self.run,
+                "lifecycle": self.lifecycle,
+                "status": u.status.clone().unwrap_or_else(|| s.status.clone()),
+                "current_agent": self.agent,
+                "updated_at": now(),
+                "blockers": u.blockers.clone().unwrap_or_else(|| s.blockers.clone()),
+                "deployment_path": u.deployment.as_ref().unwrap_or(&s.deployment).status.deployment_path,
+            });
+            artifacts::write_text(&self.run_dir.join("run.json"), &format!("{summary:#}\n"))
+                .map_err(|e| e.to_string())?;
+        }
         let mut u = u
             .outbox(s.outbox.dispatched().with(self.events))
             .current_agent(self.agent.to_string())

@@ -110,13 +110,18 @@ async fn po(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
         )
         .await?;
     let keep = |items: Vec<String>, must_ground: bool| -> Vec<String> {
-        items
-            .into_iter()
-            .map(|i| i.trim().to_string())
-            .filter(|i| usable(i) && (!must_ground || grounded(i, &text)))
-            .collect()
+        let mut out: Vec<String> = Vec::new();
+        for i in items.into_iter().map(|i| i.trim().to_string()) {
+            if usable(&i)
+                && (!must_ground || grounded(&i, &text))
+                && !out.iter().any(|o| same(o, &i))
+            {
+                out.push(i);
+            }
+        }
+        out
     };
-    let (mut objectives, oos, assumptions, metrics) = match answer {
+    let (model_objectives, oos, assumptions, metrics) = match answer {
         Some(a) => (
             keep(a.objectives, true),
             keep(a.out_of_scope, true),
@@ -125,18 +130,49 @@ async fn po(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
         ),
         None => Default::default(),
     };
+    // The brief's own requirement lines are kept verbatim: a small model's paraphrase loses
+    // their details (the function names, "ignoring case"). The model's objectives are kept
+    // when they add words the brief's lines do not have.
+    let bullets = brief::objectives(&text);
+    let bullet_words: std::collections::BTreeSet<String> =
+        bullets.iter().flat_map(|b| words(b)).collect();
+    let added: Vec<String> = model_objectives
+        .iter()
+        .filter(|o| !words(o).is_subset(&bullet_words))
+        .cloned()
+        .collect();
     let mut by = PO.to_string();
-    if objectives.is_empty() {
-        objectives = brief::objectives(&text);
+    let mut objectives = bullets.clone();
+    objectives.extend(added.iter().cloned());
+    if model_objectives.is_empty() {
         by = "fallback".into();
-        t.audit("fallback", "the product owner's model gave no objective grounded in the brief: the brief's own bullet lines are the objectives", json!({"objectives": objectives}));
+        t.audit("fallback", "the product owner's model gave no objective grounded in the brief: the brief's own requirement lines are the objectives", json!({"objectives": objectives}));
+    } else if !bullets.is_empty() {
+        t.audit(
+            "decision",
+            format!("objectives: the brief's {} requirement line(s) verbatim, plus {} of the model's {} that add to them", bullets.len(), added.len(), model_objectives.len()),
+            json!({"model": model_objectives, "added": added}),
+        );
     }
+    objectives.truncate(6);
     if objectives.is_empty() {
         return Err("neither the model nor the brief's text gave an objective".into());
     }
+    let objective_words: std::collections::BTreeSet<String> =
+        objectives.iter().flat_map(|o| words(o)).collect();
+    // Out of scope must not contradict an objective; an assumption must say something the
+    // objectives do not.
+    let oos: Vec<String> = oos
+        .into_iter()
+        .filter(|o| words(o).is_disjoint(&objective_words))
+        .collect();
+    let assumptions: Vec<String> = assumptions
+        .into_iter()
+        .filter(|a| !words(a).is_subset(&objective_words))
+        .collect();
     let mut out_of_scope = brief::out_of_scope(&text);
     for o in oos {
-        if !out_of_scope.contains(&o) {
+        if !out_of_scope.iter().any(|x| same(x, &o)) {
             out_of_scope.push(o);
         }
     }
@@ -193,14 +229,75 @@ fn points(p: u8) -> u8 {
     [1u8, 2, 3, 5, 8].into_iter().find(|x| *x >= p).unwrap_or(8)
 }
 
-fn story_ok(st: &StoryDraft, source: &str) -> bool {
-    usable(&st.title)
-        && usable(&st.i_want)
-        && grounded(&format!("{} {}", st.title, st.i_want), source)
-        && st
-            .acceptance_criteria
-            .iter()
-            .any(|c| usable(c) && grounded(c, source))
+/// A title from a requirement line: its first words, cut at a word, under 60 characters.
+fn title_of(o: &str) -> String {
+    let mut t = String::new();
+    for w in o
+        .split([',', ';', '('])
+        .next()
+        .unwrap_or(o)
+        .split_whitespace()
+    {
+        if t.len() + w.len() + 1 > 60 {
+            break;
+        }
+        if !t.is_empty() {
+            t.push(' ');
+        }
+        t.push_str(w);
+    }
+    let mut c = t.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
+}
+
+fn lower_first(o: &str) -> String {
+    let mut c = o.trim().chars();
+    c.next()
+        .map(|f| f.to_lowercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
+}
+
+/// Whether two texts say the same (case, spacing and punctuation aside).
+pub(crate) fn same(a: &str, b: &str) -> bool {
+    let norm = |t: &str| {
+        t.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    norm(a) == norm(b)
+}
+
+/// Why a drafted story is not usable, if it is not: empty or looping text, not about the
+/// brief, a role that is not a role, fields that repeat each other, no testable criterion.
+fn story_problem(st: &StoryDraft, source: &str) -> Option<&'static str> {
+    if !usable(&st.title) || !usable(&st.i_want) {
+        return Some("empty or looping text");
+    }
+    if !grounded(&format!("{} {}", st.title, st.i_want), source) {
+        return Some("not about the brief");
+    }
+    if st.as_a.split_whitespace().count() > 6
+        || same(&st.as_a, &st.i_want)
+        || same(&st.as_a, &st.title)
+    {
+        return Some("the role is not a role");
+    }
+    if same(&st.so_that, &st.i_want) || same(&st.so_that, &st.title) || same(&st.so_that, &st.as_a)
+    {
+        return Some("the benefit repeats the want");
+    }
+    if !st
+        .acceptance_criteria
+        .iter()
+        .any(|c| usable(c) && grounded(c, source))
+    {
+        return Some("no testable criterion about the brief");
+    }
+    None
 }
 
 /// The business analyst: stories with acceptance criteria.
@@ -237,48 +334,81 @@ async fn ba(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
         .await?;
     let drafts: Vec<StoryDraft> = answer.map(|a| a.stories).unwrap_or_default();
     let n = drafts.len();
-    let mut kept: Vec<StoryDraft> = drafts
-        .into_iter()
-        .filter(|st| story_ok(st, &source))
-        .collect();
-    for st in &mut kept {
-        st.acceptance_criteria
-            .retain(|c| usable(c) && grounded(c, &source));
-    }
-    let mut by = BA.to_string();
-    if kept.is_empty() {
-        by = "fallback".into();
-        t.audit(
-            "fallback",
-            format!("none of the analyst's {n} stories was usable (empty, looping, or not about the brief): one story per objective, its criterion the objective"),
-            Value::Null,
-        );
-        kept = doc
-            .clarified_objectives
+    let mut kept: Vec<StoryDraft> = Vec::new();
+    let mut origin: Vec<&str> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
+    for mut st in drafts {
+        if let Some(why) = story_problem(&st, &source) {
+            dropped.push(format!(
+                "\"{}\": {why}",
+                st.title.chars().take(60).collect::<String>()
+            ));
+            continue;
+        }
+        if kept
             .iter()
-            .map(|o| StoryDraft {
-                title: o.chars().take(60).collect(),
+            .any(|k| same(&k.i_want, &st.i_want) || same(&k.title, &st.title))
+        {
+            dropped.push(format!(
+                "\"{}\": a duplicate",
+                st.title.chars().take(60).collect::<String>()
+            ));
+            continue;
+        }
+        let mut criteria: Vec<String> = Vec::new();
+        for c in st.acceptance_criteria.iter().map(|c| c.trim().to_string()) {
+            if usable(&c) && grounded(&c, &source) && !criteria.iter().any(|x| same(x, &c)) {
+                criteria.push(c);
+            }
+        }
+        st.acceptance_criteria = criteria;
+        kept.push(st);
+        origin.push(BA);
+    }
+    if !dropped.is_empty() {
+        t.audit(
+            "decision",
+            format!("{} of the analyst's {n} stories dropped", dropped.len()),
+            json!({"dropped": dropped}),
+        );
+    }
+    // Every objective gets a story: those the model's stories leave out get one of their own.
+    let mut added = 0;
+    for o in &doc.clarified_objectives {
+        let ow = words(o);
+        let covered = kept.iter().any(|st| {
+            let sw = words(&format!(
+                "{} {} {}",
+                st.title,
+                st.i_want,
+                st.acceptance_criteria.join(" ")
+            ));
+            ow.intersection(&sw).count() * 2 >= ow.len().max(1)
+        });
+        if !covered {
+            added += 1;
+            kept.push(StoryDraft {
+                title: title_of(o),
                 as_a: "user of the program".into(),
-                i_want: o.clone(),
+                i_want: format!("to {}", lower_first(o)),
                 so_that: "the brief's goal is met".into(),
                 acceptance_criteria: vec![o.clone()],
                 priority: PriorityLevel::High,
                 story_points: 2,
-            })
-            .collect();
-    } else if kept.len() < n {
+            });
+            origin.push("fallback");
+        }
+    }
+    if added > 0 {
         t.audit(
-            "decision",
-            format!(
-                "{} of the analyst's {n} stories dropped (not usable or not about the brief)",
-                n - kept.len()
-            ),
+            "fallback",
+            format!("{added} objective(s) had no usable story from the analyst: one story each, its criterion the objective"),
             Value::Null,
         );
     }
     let stories: Vec<UserStory> = kept
         .into_iter()
-        .take(4)
+        .take(6)
         .enumerate()
         .map(|(i, st)| UserStory {
             story_id: format!("US-{}", i + 1),
@@ -298,7 +428,7 @@ async fn ba(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
             priority: st.priority,
             story_points: points(st.story_points),
             status: "draft".into(),
-            created_by: by.clone(),
+            created_by: origin.get(i).copied().unwrap_or(BA).to_string(),
         })
         .collect();
     artifacts::write_text(
@@ -316,10 +446,12 @@ async fn ba(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
         story_ids: stories.iter().map(|s| s.story_id.clone()).collect(),
         story_count: stories.len(),
     });
+    let from_model = stories.iter().filter(|s| s.created_by == BA).count();
     t.say(format!(
-        "wrote {} user stor{} (by {by})",
+        "wrote {} user stor{} ({from_model} from the model, {} from the objectives)",
         stories.len(),
-        if stories.len() == 1 { "y" } else { "ies" }
+        if stories.len() == 1 { "y" } else { "ies" },
+        stories.len() - from_model
     ));
     req.stories = stories;
     req.stories_approved = false;
@@ -421,6 +553,7 @@ pub(crate) async fn stories_gate(
         "clarified_requirements": s.requirement.doc,
         "instructions": "Approve to start the design, or reject with a reason: the product owner revises the requirement.",
         "choices": ["approve", "reject", "feedback"],
+        "feedback_placeholder": "why the stories are rejected (the product owner revises them)",
     }))?;
     let answer = GateAnswer::from_json(&answer).map_err(NodeError::fatal)?;
     let mut req = s.requirement.clone();
