@@ -34,7 +34,12 @@ fn worker(dir: &Path, cmd: &str, crash_at: Option<&str>) -> Output {
 }
 
 fn json_of(o: &Output) -> Value {
-    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -82,7 +87,12 @@ fn sigkill_around_dispatch_commit_and_tag_then_continue_delivers_each_event_once
         let seen = json_of(&worker(dir, "inspect", None));
         let events = seen["events"].as_array().unwrap();
         let ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
-        let delivered: Vec<&str> = last["delivered"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let delivered: Vec<&str> = last["delivered"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
         let mut sorted_ids = ids.clone();
         sorted_ids.sort();
         let mut sorted_delivered = delivered.clone();
@@ -91,20 +101,44 @@ fn sigkill_around_dispatch_commit_and_tag_then_continue_delivers_each_event_once
         let mut dedup = sorted_ids.clone();
         dedup.dedup();
         assert_eq!(dedup.len(), ids.len(), "{point}: an id twice in the log");
-        for name in ["RequirementsClarified", "UserStoriesCreated", "StoriesApproved", "DesignApproved", "CodeArtifactReady", "QualityGatePassed", "DeploymentPrepared"] {
-            assert_eq!(events.iter().filter(|e| e["name"] == name).count(), 1, "{point}: {name} in {events:?}");
+        for name in [
+            "RequirementsClarified",
+            "UserStoriesCreated",
+            "StoriesApproved",
+            "DesignApproved",
+            "CodeArtifactReady",
+            "QualityGatePassed",
+            "DeploymentPrepared",
+        ] {
+            assert_eq!(
+                events.iter().filter(|e| e["name"] == name).count(),
+                1,
+                "{point}: {name} in {events:?}"
+            );
         }
         for e in events {
             for r in e["recipients"].as_array().unwrap() {
                 let inbox = seen["inboxes"][r.as_str().unwrap()].as_array().unwrap();
-                assert_eq!(inbox.iter().filter(|i| *i == &e["id"]).count(), 1, "{point}: {} to {r}", e["name"]);
+                assert_eq!(
+                    inbox.iter().filter(|i| *i == &e["id"]).count(),
+                    1,
+                    "{point}: {} to {r}",
+                    e["name"]
+                );
             }
         }
         assert!(seen["inboxes"]["po_agent"].as_array().unwrap().is_empty());
         if point.starts_with("after_dispatch") || point.starts_with("mid_dispatch") {
-            assert!(events.iter().any(|e| e["attempts"].as_u64().unwrap() >= 2), "{point}: no redelivery was needed? {events:?}");
+            assert!(
+                events.iter().any(|e| e["attempts"].as_u64().unwrap() >= 2),
+                "{point}: no redelivery was needed? {events:?}"
+            );
         }
-        assert_eq!(seen["commits"].as_array().unwrap().len(), 3, "{point}: start, code, CI: {seen}");
+        assert_eq!(
+            seen["commits"].as_array().unwrap().len(),
+            3,
+            "{point}: start, code, CI: {seen}"
+        );
         assert_eq!(seen["tags"], serde_json::json!(["release-1"]), "{point}");
     }
 }

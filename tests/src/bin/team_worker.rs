@@ -29,7 +29,13 @@ async fn registry(dir: &Path) -> Result<Registry, BoxError> {
     let rt = Runtime::new().await?;
     let saver = SledSaver::open(dir.join("checkpoints"))?;
     let mut r = Registry::new();
-    ferrograph_team::register_with(&mut r, &rt, saver, settings(&dir.join("data"), Arc::new(scripted_model(Behaviour::Good)))).await?;
+    ferrograph_team::register_with(
+        &mut r,
+        &rt,
+        saver,
+        settings(&dir.join("data"), Arc::new(scripted_model(Behaviour::Good))),
+    )
+    .await?;
     Ok(r)
 }
 
@@ -38,16 +44,32 @@ fn inspect(dir: &Path) -> Result<serde_json::Value, BoxError> {
     let events = store.events("t")?;
     let mut inboxes = serde_json::Map::new();
     for a in ferrograph_team::events::agent::ALL {
-        let ids: Vec<String> = store.inbox("t", a)?.iter().map(|d| d.envelope.id().to_string()).collect();
+        let ids: Vec<String> = store
+            .inbox("t", a)?
+            .iter()
+            .map(|d| d.envelope.id().to_string())
+            .collect();
         inboxes.insert(a.to_string(), json!(ids));
     }
-    let ws = dir.join("data").join(NAME).join("runs").join("t").join("workspace");
+    let ws = dir
+        .join("data")
+        .join(NAME)
+        .join("runs")
+        .join("t")
+        .join("workspace");
     let (commits, tags) = match git2::Repository::open(&ws) {
         Ok(repo) => {
             let mut walk = repo.revwalk()?;
             walk.push_head()?;
-            let commits: Vec<String> = walk.map(|c| c.map(|c| c.to_string())).collect::<Result<_, _>>()?;
-            let tags: Vec<String> = repo.tag_names(None)?.iter().flatten().map(str::to_string).collect();
+            let commits: Vec<String> = walk
+                .map(|c| c.map(|c| c.to_string()))
+                .collect::<Result<_, _>>()?;
+            let tags: Vec<String> = repo
+                .tag_names(None)?
+                .iter()
+                .flatten()
+                .map(str::to_string)
+                .collect();
             (commits, tags)
         }
         Err(_) => (Vec::new(), Vec::new()),
@@ -76,7 +98,9 @@ async fn main() -> Result<(), BoxError> {
             println!("{}", inspect(dir)?);
             return Ok(());
         }
-        "start" => JsonInput::Update(json!({"brief": dir.join("fx/wordstats").display().to_string()})),
+        "start" => {
+            JsonInput::Update(json!({"brief": dir.join("fx/wordstats").display().to_string()}))
+        }
         "approve" => JsonInput::Resume(Resume::value(json!("approve"))),
         "continue" => JsonInput::Continue,
         other => return Err(format!("unknown command {other}").into()),
@@ -84,7 +108,11 @@ async fn main() -> Result<(), BoxError> {
     let r = registry(dir).await?;
     let wf = &r.get(NAME).ok_or("no workflow")?.workflow;
     let out = wf.invoke(input, RunConfig::thread("t")).await?;
-    let gate = out.interrupts.first().map(|i| i.value.0["checkpoint_type"].clone()).unwrap_or_default();
+    let gate = out
+        .interrupts
+        .first()
+        .map(|i| i.value.0["checkpoint_type"].clone())
+        .unwrap_or_default();
     println!(
         "{}",
         json!({"status": out.status, "run_status": out.state["status"], "gate": gate, "error": out.state["error"], "delivered": out.state["outbox"]["delivered"], "pending": out.state["outbox"]["pending"].as_array().map(|p| p.iter().map(|e| e["message_id"].clone()).collect::<Vec<_>>())})

@@ -325,7 +325,9 @@ mod tests {
             self_tests_passing: true,
         };
         let e = Envelope::event("m1".into(), agent::SSE, &ev);
-        let r = store.dispatch("run", &[e.clone()], &|_| {}).unwrap();
+        let r = store
+            .dispatch("run", std::slice::from_ref(&e), &|_| {})
+            .unwrap();
         assert_eq!(r.delivered, 2);
         let r = store.dispatch("run", &[e], &|_| {}).unwrap();
         assert_eq!((r.delivered, r.duplicates), (0, 2));

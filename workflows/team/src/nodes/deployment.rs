@@ -97,7 +97,6 @@ async fn devops(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, St
     let draft: Option<RunbookDraft> = t
         .ask(
             d,
-            ctx,
             "runbook",
             prompts::DEVOPS.into(),
             prompts::runbook(

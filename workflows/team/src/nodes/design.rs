@@ -73,7 +73,6 @@ async fn ta(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
     let answer: Option<DesignDraft> = t
         .ask(
             d,
-            ctx,
             "design",
             prompts::TA.into(),
             prompts::design(&frs, &sources),
@@ -239,7 +238,6 @@ async fn tl(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
     let review: Option<DesignReview> = t
         .ask(
             d,
-            ctx,
             "design review",
             prompts::TL.into(),
             prompts::review_design(&spec, &design.functional_requirements),

@@ -214,7 +214,6 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
         let ans: Option<ModuleCode> = t
             .ask(
                 d,
-                ctx,
                 "code",
                 prompts::SSE.into(),
                 prompts::module(task, &stories, &feedback, previous.as_deref()),
@@ -238,7 +237,6 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
         let ans: Option<ModuleCode> = t
             .ask(
                 d,
-                ctx,
                 "tests",
                 prompts::SSE.into(),
                 prompts::tests(&tt.file_path, &sources, &stories),

@@ -107,6 +107,7 @@ pub(crate) struct Turn {
     /// What the agent received, in order.
     pub(crate) inbox: Vec<Delivered>,
     pub(crate) run_dir: PathBuf,
+    sink: Option<TokenSink>,
 }
 
 impl Turn {
@@ -118,12 +119,12 @@ impl Turn {
         ctx: &NodeContext,
         agent: &'static str,
     ) -> Result<Turn, String> {
-        d.crash_point(&format!("before_dispatch:{agent}"));
+        d.crash_point(&format!("before_dispatch:{}", ctx.node()));
         let run = run_id(ctx);
         let store = d.store();
         let run_dir = PathBuf::from(&s.run_dir);
         if !s.outbox.pending.is_empty() {
-            let mid = format!("mid_dispatch:{agent}");
+            let mid = format!("mid_dispatch:{}", ctx.node());
             store
                 .dispatch(&run, &s.outbox.pending, &|i| {
                     if i == 0 {
@@ -137,7 +138,7 @@ impl Turn {
                     .map_err(|e| e.to_string())?;
             }
         }
-        d.crash_point(&format!("after_dispatch:{agent}"));
+        d.crash_point(&format!("after_dispatch:{}", ctx.node()));
         let inbox = store.inbox(&run, agent).map_err(|e| e.to_string())?;
         Ok(Turn {
             run,
@@ -165,6 +166,7 @@ impl Turn {
             llm_calls: Vec::new(),
             inbox,
             run_dir,
+            sink: TokenSink::from_context(ctx),
         })
     }
 
@@ -261,7 +263,6 @@ impl Turn {
     pub(crate) async fn ask<T: JsonSchema + DeserializeOwned + Serialize>(
         &mut self,
         d: &Deps,
-        ctx: &NodeContext,
         purpose: &str,
         system: String,
         task: String,
@@ -274,13 +275,7 @@ impl Turn {
             Message::human(task.clone()),
         ];
         let (res, call) = llm
-            .structured::<T>(
-                purpose,
-                &msgs,
-                max_tokens,
-                patch,
-                TokenSink::from_context(ctx),
-            )
+            .structured::<T>(purpose, &msgs, max_tokens, patch, self.sink.clone())
             .await;
         let model = call.model.clone();
         self.converse(d, "system", &system, None, &model)?;

@@ -101,7 +101,6 @@ async fn po(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
     let answer: Option<Clarification> = t
         .ask(
             d,
-            ctx,
             "clarify",
             prompts::PO.into(),
             prompts::clarify(&text, rejection.as_deref(), previous.as_deref()),
@@ -324,7 +323,6 @@ async fn ba(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
     let answer: Option<StoryDrafts> = t
         .ask(
             d,
-            ctx,
             "stories",
             prompts::BA.into(),
             prompts::stories(&doc, req.rejection_reason.as_deref()),
