@@ -80,29 +80,45 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
+/// Prints `text`; a closed pipe (`ferrograph team audit RUN | head`) is not an error.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
 /// Runs `ferrograph team`.
 pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
+    let mut o = String::new();
+    report(what, data_dir, &mut o)?;
+    emit(&o)
+}
+
+fn report(what: TeamCommand, data_dir: &Path, o: &mut String) -> Result<()> {
+    use std::fmt::Write as _;
     match what {
         TeamCommand::Fixture { dir } => {
             let f = ferrograph_team::fixture::create(&dir)?;
-            println!("brief:                      {}", f.brief.display());
-            println!("brief without reference:    {}", f.brief_only.display());
-            println!("vague brief:                {}", f.vague.display());
-            println!("next: ferrograph run team --brief {}", f.brief.display());
+            let _ = writeln!(o, "brief:                      {}", f.brief.display());
+            let _ = writeln!(o, "brief without reference:    {}", f.brief_only.display());
+            let _ = writeln!(o, "vague brief:                {}", f.vague.display());
+            let _ = writeln!(o, "next: ferrograph run team --brief {}", f.brief.display());
         }
         TeamCommand::Show { run, out } => {
             let dir = run_dir(data_dir, &run, out.as_deref())?;
             let summary: Value = read(&dir.join("run.json"))
                 .and_then(|t| serde_json::from_str(&t).ok())
                 .unwrap_or(Value::Null);
-            println!("run {run}: {}", dir.display());
+            let _ = writeln!(o, "run {run}: {}", dir.display());
             for k in ["lifecycle", "status", "current_agent", "updated_at"] {
                 if let Some(v) = summary
                     .get(k)
                     .and_then(Value::as_str)
                     .filter(|v| !v.is_empty())
                 {
-                    println!("{k}: {v}");
+                    let _ = writeln!(o, "{k}: {v}");
                 }
             }
             let transitions = jsonl(&dir.join("transitions.jsonl")).unwrap_or_default();
@@ -119,7 +135,7 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                         .map(|t| t["to_state"].as_str().unwrap_or("").to_string()),
                 )
                 .collect();
-                println!("path: {}", path.join(" → "));
+                let _ = writeln!(o, "path: {}", path.join(" → "));
             }
             for (title, file) in [
                 ("requirement", "requirements.md"),
@@ -128,7 +144,7 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                 ("runbook", "runbook.md"),
             ] {
                 if let Some(t) = read(&dir.join(file)) {
-                    println!("\n── {title} ({file}) ──\n{}", t.trim_end());
+                    let _ = writeln!(o, "\n── {title} ({file}) ──\n{}", t.trim_end());
                 }
             }
             if let Some(v) = summary
@@ -136,9 +152,9 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                 .and_then(Value::as_array)
                 .filter(|b| !b.is_empty())
             {
-                println!("\n── blockers ──");
+                let _ = writeln!(o, "\n── blockers ──");
                 for b in v {
-                    println!(
+                    let _ = writeln!(o, 
                         "{} ({}): {}\n  route: {}",
                         b["blocker_id"].as_str().unwrap_or(""),
                         if b["resolved"] == true {
@@ -153,22 +169,22 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
             }
             let ws = dir.join("workspace");
             if ws.is_dir() {
-                println!(
+                let _ = writeln!(o, 
                     "\nworkspace: {} (git -C {} log --oneline)",
                     ws.display(),
                     ws.display()
                 );
             }
             if let Some(d) = summary.get("deployment_path").and_then(Value::as_str) {
-                println!("release: {d}");
+                let _ = writeln!(o, "release: {d}");
             }
-            println!("audit trail: ferrograph team audit {run}\nevents:      ferrograph team events {run}");
+            let _ = writeln!(o, "audit trail: ferrograph team audit {run}\nevents:      ferrograph team events {run}");
         }
         TeamCommand::Audit { run, out } => {
             let dir = run_dir(data_dir, &run, out.as_deref())?;
             for a in jsonl(&dir.join("audit.jsonl"))? {
                 let at = a["at"].as_str().unwrap_or("");
-                println!(
+                let _ = writeln!(o, 
                     "{} {:<13} {:<12} {}",
                     &at[..at.len().min(19)],
                     a["agent"].as_str().unwrap_or(""),
@@ -180,9 +196,9 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                         .as_str()
                         .and_then(|d| serde_json::from_str(d).ok())
                         .unwrap_or(Value::Null);
-                    if let Some(o) = data["output"].as_str() {
-                        for l in o.trim_end().lines() {
-                            println!("    │ {l}");
+                    if let Some(text) = data["output"].as_str() {
+                        for l in text.trim_end().lines() {
+                            let _ = writeln!(o, "    │ {l}");
                         }
                     }
                 }
@@ -198,9 +214,9 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                 if agent.as_deref().is_some_and(|x| x != a) {
                     continue;
                 }
-                println!("══ {a} ({} entries)", entries.len());
+                let _ = writeln!(o, "══ {a} ({} entries)", entries.len());
                 for e in entries {
-                    println!(
+                    let _ = writeln!(o, 
                         "── {} {} ({} tokens)\n{}",
                         e.entry_id,
                         e.role,
@@ -224,9 +240,9 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                     jsonl(&dir.join("events.jsonl"))?
                 }
             };
-            for r in records {
+            for (n, r) in records.into_iter().enumerate() {
                 if json {
-                    println!("{r}");
+                    let _ = writeln!(o, "{r}");
                     continue;
                 }
                 let e = &r["envelope"];
@@ -234,9 +250,9 @@ pub fn run(what: TeamCommand, data_dir: &Path) -> Result<()> {
                     .as_array()
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
-                println!(
+                let _ = writeln!(o, 
                     "{:>4} {:<22} from {:<13} to {:<28} attempts {} id {}",
-                    r["seq"],
+                    n + 1,
                     e["event_name"].as_str().unwrap_or(""),
                     e["source_agent"].as_str().unwrap_or(""),
                     to.join(", "),
