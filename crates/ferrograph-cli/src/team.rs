@@ -154,7 +154,8 @@ fn report(what: TeamCommand, data_dir: &Path, o: &mut String) -> Result<()> {
             {
                 let _ = writeln!(o, "\n── blockers ──");
                 for b in v {
-                    let _ = writeln!(o, 
+                    let _ = writeln!(
+                        o,
                         "{} ({}): {}\n  route: {}",
                         b["blocker_id"].as_str().unwrap_or(""),
                         if b["resolved"] == true {
@@ -169,7 +170,8 @@ fn report(what: TeamCommand, data_dir: &Path, o: &mut String) -> Result<()> {
             }
             let ws = dir.join("workspace");
             if ws.is_dir() {
-                let _ = writeln!(o, 
+                let _ = writeln!(
+                    o,
                     "\nworkspace: {} (git -C {} log --oneline)",
                     ws.display(),
                     ws.display()
@@ -184,7 +186,8 @@ fn report(what: TeamCommand, data_dir: &Path, o: &mut String) -> Result<()> {
             let dir = run_dir(data_dir, &run, out.as_deref())?;
             for a in jsonl(&dir.join("audit.jsonl"))? {
                 let at = a["at"].as_str().unwrap_or("");
-                let _ = writeln!(o, 
+                let _ = writeln!(
+                    o,
                     "{} {:<13} {:<12} {}",
                     &at[..at.len().min(19)],
                     a["agent"].as_str().unwrap_or(""),
@@ -216,7 +219,8 @@ fn report(what: TeamCommand, data_dir: &Path, o: &mut String) -> Result<()> {
                 }
                 let _ = writeln!(o, "══ {a} ({} entries)", entries.len());
                 for e in entries {
-                    let _ = writeln!(o, 
+                    let _ = writeln!(
+                        o,
                         "── {} {} ({} tokens)\n{}",
                         e.entry_id,
                         e.role,
@@ -250,7 +254,8 @@ fn report(what: TeamCommand, data_dir: &Path, o: &mut String) -> Result<()> {
                     .as_array()
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
-                let _ = writeln!(o, 
+                let _ = writeln!(
+                    o,
                     "{:>4} {:<22} from {:<13} to {:<28} attempts {} id {}",
                     n + 1,
                     e["event_name"].as_str().unwrap_or(""),

@@ -218,7 +218,7 @@ function renderOrphaned(thread) {
 
 const MARKDOWN_FIELDS = ["summary", "question", "description", "markdown", "body", "draft", "message"];
 // Fields an interrupt card shows in their own way (or not at all: `prompt` repeats `summary`).
-const SPECIAL_FIELDS = ["title", "choices", "diff", "prompt"];
+const SPECIAL_FIELDS = ["title", "choices", "diff", "prompt", "feedback_placeholder"];
 
 // ---- unified diffs, with light syntax colouring of the code ---------------------------------
 
