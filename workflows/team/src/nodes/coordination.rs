@@ -174,8 +174,5 @@ pub(crate) async fn pm_escalation(
                 .status(status::ABANDONED.to_string())
         }
     };
-    Ok(match t.finish(&s, u) {
-        Ok(u) => u,
-        Err(e) => failed(PM, e),
-    })
+    Ok(settle(PM, t.finish(&s, u)))
 }

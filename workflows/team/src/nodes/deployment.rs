@@ -296,10 +296,7 @@ pub(crate) async fn deploy_gate(
                 .status(String::new())
         }
     };
-    Ok(match t.finish(&s, u) {
-        Ok(u) => u,
-        Err(e) => failed(PM, e),
-    })
+    Ok(settle(PM, t.finish(&s, u)))
 }
 
 /// Undoes one saga step.

@@ -42,6 +42,30 @@ fn code_ok(code: &str) -> bool {
     !(worst > 5 && worst * 3 > lines.len())
 }
 
+/// Files the model's answer for `path` (whatever it wrote, unless empty: bad code is run so
+/// that its failure is real and recorded), or notes it as missing.
+fn keep_code(
+    t: &mut Turn,
+    path: &str,
+    answer: Option<ModuleCode>,
+    files: &mut BTreeMap<String, String>,
+    missing: &mut Vec<String>,
+) {
+    match answer.map(|c| clean_code(&c.code)) {
+        Some(code) if !code.trim().is_empty() => {
+            if !code_ok(&code) {
+                t.audit(
+                    "model",
+                    format!("`{path}` from the model is one line or one line repeated; it is run anyway"),
+                    Value::Null,
+                );
+            }
+            files.insert(path.to_string(), code);
+        }
+        _ => missing.push(path.to_string()),
+    }
+}
+
 fn summary(r: &TestResults) -> String {
     if r.failed_test_ids.first().is_some_and(|f| f == "<no code>") {
         return r.output.clone();
@@ -221,15 +245,7 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
                 |_| {},
             )
             .await?;
-        match ans.map(|c| clean_code(&c.code)) {
-            Some(code) if !code.trim().is_empty() => {
-                if !code_ok(&code) {
-                    t.audit("model", format!("`{}` from the model is one line or one line repeated; it is run anyway", task.file_path), Value::Null);
-                }
-                files.insert(task.file_path.clone(), code);
-            }
-            _ => missing.push(task.file_path.clone()),
-        }
+        keep_code(&mut t, &task.file_path, ans, &mut files, &mut missing);
     }
     if let Some(tt) = &test_task {
         let sources: Vec<(String, String)> =
@@ -244,15 +260,7 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
                 |_| {},
             )
             .await?;
-        match ans.map(|c| clean_code(&c.code)) {
-            Some(code) if !code.trim().is_empty() => {
-                if !code_ok(&code) {
-                    t.audit("model", format!("`{}` from the model is one line or one line repeated; it is run anyway", tt.file_path), Value::Null);
-                }
-                files.insert(tt.file_path.clone(), code);
-            }
-            _ => missing.push(tt.file_path.clone()),
-        }
+        keep_code(&mut t, &tt.file_path, ans, &mut files, &mut missing);
     }
     let sandbox_root = t.run_dir.join("sandbox");
     let mut results = if missing.is_empty() {

@@ -383,6 +383,11 @@ impl Turn {
     }
 }
 
+/// The update of a gate's step, or the failure that ends the run.
+pub(crate) fn settle(agent: &str, r: Result<Update, String>) -> Update {
+    r.unwrap_or_else(|e| failed(agent, e))
+}
+
 /// Runs an agent body; an infrastructure error (store, workspace, sandbox) ends the run
 /// with `error` set.
 #[macro_export]

@@ -602,8 +602,5 @@ pub(crate) async fn stories_gate(
                 .decision("reject".to_string())
         }
     };
-    Ok(match t.finish(&s, u) {
-        Ok(u) => u,
-        Err(e) => failed(PM, e),
-    })
+    Ok(settle(PM, t.finish(&s, u)))
 }
