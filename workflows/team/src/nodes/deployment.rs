@@ -258,7 +258,6 @@ pub(crate) async fn deploy_gate(
         "test_results": s.quality.results,
         "deployment_target": s.deployment.status.environment,
         "deployment_path": target,
-        "runbook": s.deployment.runbook,
         "choices": ["approve", "reject", "feedback"],
         "feedback_placeholder": "why the deployment is rejected (back to QC)",
     }))?;
