@@ -128,6 +128,15 @@ fn cut(s: &str, max: usize) -> String {
     format!("…{}", &s[start..])
 }
 
+/// Everything a pipe gives, up to 4 MiB.
+async fn drain<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(p) = pipe {
+        let _ = p.take(4 << 20).read_to_end(&mut buf).await;
+    }
+    buf
+}
+
 /// Runs the suite of the files in `dir` (staged with [`stage`]) and reports.
 pub async fn run_tests(
     dir: &Path,
@@ -177,14 +186,10 @@ pub async fn run_tests(
     let pid = child.id();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
+    // Both pipes are drained at once: a child that fills one while we wait on the other
+    // would otherwise block until the time limit.
     let read = async {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        if let Some(s) = stdout.as_mut() {
-            let _ = s.take(4 << 20).read_to_end(&mut o).await;
-        }
-        if let Some(s) = stderr.as_mut() {
-            let _ = s.take(4 << 20).read_to_end(&mut e).await;
-        }
+        let (o, e) = tokio::join!(drain(stdout.as_mut()), drain(stderr.as_mut()));
         let status = child.wait().await;
         (o, e, status)
     };
