@@ -26,6 +26,26 @@ pub struct ScriptCall<'a> {
     pub options: &'a GenerateOptions,
 }
 
+impl ScriptCall<'_> {
+    /// The requested JSON schema's name and the schema, or `("", Null)` for free text.
+    pub fn json_schema(&self) -> (&str, serde_json::Value) {
+        match &self.options.response_format {
+            Some(crate::options::ResponseFormat::JsonSchema { name, schema }) => {
+                (name.as_str(), schema.clone())
+            }
+            _ => ("", serde_json::Value::Null),
+        }
+    }
+
+    /// The last message's text (the task, in the workflows' prompts).
+    pub fn last_prompt(&self) -> String {
+        self.messages
+            .last()
+            .map(|m| m.content.clone())
+            .unwrap_or_default()
+    }
+}
+
 type Script = dyn Fn(ScriptCall<'_>) -> Result<Message, LlmError> + Send + Sync;
 
 /// A model answering from a script, counting its calls.

@@ -5,7 +5,7 @@
 //! model is useful; the end-to-end test runs SmolLM2.
 
 use crate::{sandbox, TeamSettings, NAME};
-use ferrograph::chat::{ChatModel, LlmError, ResponseFormat};
+use ferrograph::chat::{ChatModel, LlmError};
 use ferrograph::core::message::Message;
 use ferrograph_chat::testing::{ScriptCall, ScriptedModel};
 use serde_json::{json, Value};
@@ -109,15 +109,8 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
             output: "not json".into(),
         });
     }
-    let (title, schema) = match &call.options.response_format {
-        Some(ResponseFormat::JsonSchema { name, schema }) => (name.as_str(), schema.clone()),
-        _ => ("", Value::Null),
-    };
-    let prompt = call
-        .messages
-        .last()
-        .map(|m| m.content.clone())
-        .unwrap_or_default();
+    let (title, schema) = call.json_schema();
+    let prompt = call.last_prompt();
     let v = match title {
         "Clarification" => {
             let objectives: Vec<String> = prompt

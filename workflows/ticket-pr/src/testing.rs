@@ -5,7 +5,7 @@
 //! never that a model is useful; the end-to-end test runs SmolLM2.
 
 use crate::{TicketPrSettings, NAME};
-use ferrograph::chat::{ChatModel, LlmError, ResponseFormat};
+use ferrograph::chat::{ChatModel, LlmError};
 use ferrograph::core::message::Message;
 use ferrograph_chat::testing::{ScriptCall, ScriptedModel};
 use ferrograph_index::embed::EmbedderFactory;
@@ -76,15 +76,8 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
             output: "not json".into(),
         });
     }
-    let (title, schema) = match &call.options.response_format {
-        Some(ResponseFormat::JsonSchema { name, schema }) => (name.as_str(), schema.clone()),
-        _ => ("", Value::Null),
-    };
-    let prompt = call
-        .messages
-        .last()
-        .map(|m| m.content.clone())
-        .unwrap_or_default();
+    let (title, schema) = call.json_schema();
+    let prompt = call.last_prompt();
     let story = prompt.contains("Type: Story");
     let revisions = prompt.matches("\n- ").count();
     let feedback = prompt.contains("The reviewer's feedback");
