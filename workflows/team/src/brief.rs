@@ -118,6 +118,27 @@ pub fn vagueness(text: &str) -> Option<String> {
     None
 }
 
+/// The lines of `text` that are prose: not inside a code fence, not indented code, not a
+/// table row, not a line of badges or images (a README's header).
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for l in text.lines() {
+        let t = l.trim_start();
+        if t.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let code = l.starts_with("    ") || l.starts_with('\t');
+        let markup =
+            t.starts_with('|') || t.starts_with("[!") || t.starts_with("![") || t.starts_with("<");
+        if !fenced && !code && !markup {
+            out.push(l);
+        }
+    }
+    out
+}
+
 /// The brief's requirements, read without a model: its bullet lines, else its sentences
 /// (headings and the out-of-scope line aside).
 pub fn objectives(text: &str) -> Vec<String> {
@@ -140,7 +161,8 @@ pub fn objectives(text: &str) -> Vec<String> {
     if !bullets.is_empty() {
         return bullets.into_iter().take(6).collect();
     }
-    text.lines()
+    prose_lines(text)
+        .into_iter()
         .filter(|l| !l.trim_start().starts_with('#'))
         .collect::<Vec<_>>()
         .join(" ")
@@ -200,5 +222,11 @@ mod tests {
         assert!(vagueness("Make it better.").is_some());
         assert!(vagueness("We want an app that is good and fast and nice and cool, ok").is_none());
         assert!(vagueness(b).is_none());
+        // A README's badges, code and tables are not requirements.
+        let readme = "# Slugify\n\n[![status-image]][status-link]\n\nCreates slugs from unicode strings for web addresses.\n\n```python\ndef slugify(text, separator='-'):\n```\n\n    pip install it now please ok\n| a | b | c | d | e |\n";
+        assert_eq!(
+            objectives(readme),
+            vec!["Creates slugs from unicode strings for web addresses"]
+        );
     }
 }
