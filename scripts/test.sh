@@ -47,6 +47,10 @@ echo "== API fuzzing (schemathesis against /openapi.json)"
 bash scripts/fuzz-api.sh
 disk
 
+echo "== LangGraph's official SDKs (Python and JavaScript) against the server"
+bash scripts/sdk-test.sh
+disk
+
 # FERROGRAPH_TEST_PRUNE=1 (set by .ci/run) drops the debug build before the CUDA check, which
 # builds into its own target directory: nothing after this point uses it.
 if [ "${FERROGRAPH_TEST_PRUNE:-0}" = 1 ]; then

@@ -487,8 +487,8 @@ async fn review_loop_and_every_thread_route() {
     assert_eq!(payload["kind"], "review");
     assert!(payload["summary"].as_str().unwrap().contains("`retry.rs`"));
     let t = http.get(&format!("/threads/{id}")).await.json();
-    assert_eq!(t["status"], "interrupted");
-    assert_eq!(t["interrupts"][0]["value"]["kind"], "review");
+    assert_eq!(t["run_status"], "interrupted");
+    assert_eq!(t["pending_interrupts"][0]["value"]["kind"], "review");
     let listed = http.get("/threads?status=interrupted").await.json();
     assert_eq!(listed["threads"][0]["thread_id"], id.as_str());
 
@@ -509,8 +509,8 @@ async fn review_loop_and_every_thread_route() {
         "{err}"
     );
     let t = http.get(&format!("/threads/{id}")).await.json();
-    assert_eq!(t["status"], "interrupted", "{t}");
-    assert_eq!(t["interrupts"].as_array().unwrap().len(), 1);
+    assert_eq!(t["run_status"], "interrupted", "{t}");
+    assert_eq!(t["pending_interrupts"].as_array().unwrap().len(), 1);
 
     let out = http
         .post(
@@ -548,7 +548,7 @@ async fn review_loop_and_every_thread_route() {
         (StatusCode::CONFLICT, "no_pending_interrupt".into())
     );
     assert_eq!(
-        http.get(&format!("/threads/{id}")).await.json()["status"],
+        http.get(&format!("/threads/{id}")).await.json()["run_status"],
         "done"
     );
 
@@ -668,7 +668,7 @@ async fn runs_stream_server_sent_events_and_the_live_channel_follows_the_thread(
     let mut live = http.open(Method::GET, "/threads/sse-1/events", None).await;
     let (kind, first) = live.next().await.unwrap();
     assert_eq!(
-        (kind.as_str(), &first["status"]),
+        (kind.as_str(), &first["run_status"]),
         ("thread", &json!("idle"))
     );
 
@@ -763,7 +763,7 @@ async fn a_second_run_on_a_busy_thread_is_409_and_tokens_and_tools_are_counted()
     for _ in 0..400 {
         let t = http.get(&format!("/threads/{id}")).await.json();
         if t["active"] == true {
-            assert_eq!(t["status"], "running");
+            assert_eq!(t["run_status"], "running");
             active = true;
             break;
         }
@@ -897,7 +897,7 @@ async fn client_mistakes_are_4xx_with_json_bodies() {
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(
-        http.get(&format!("/threads/{id}")).await.json()["status"],
+        http.get(&format!("/threads/{id}")).await.json()["run_status"],
         "idle"
     );
     // 413: a body over the limit.

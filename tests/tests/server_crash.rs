@@ -211,13 +211,13 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
     for id in &all {
         let (st, t) = call(&addr, "GET", &format!("/threads/{id}"), "");
         assert_eq!(st, 200, "{id}");
-        let status = t["status"].as_str().unwrap_or("?").to_string();
+        let status = t["run_status"].as_str().unwrap_or("?").to_string();
         *seen.entry(status.clone()).or_default() += 1;
         match status.as_str() {
             "done" => {}
             "interrupted" => {
                 assert!(
-                    !t["interrupts"].as_array().unwrap().is_empty(),
+                    !t["pending_interrupts"].as_array().unwrap().is_empty(),
                     "{id} waits for nothing: {t}"
                 );
                 let (st, out) = call(
@@ -244,7 +244,7 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
             other => panic!("{id}: unexpected status {other}: {t}"),
         }
         let (_, t) = call(&addr, "GET", &format!("/threads/{id}"), "");
-        assert_eq!(t["status"], "done", "{id}: {t}");
+        assert_eq!(t["run_status"], "done", "{id}: {t}");
         let (_, s) = call(&addr, "GET", &format!("/threads/{id}/state"), "");
         assert_eq!(s["values"]["decision"], "approved", "{id}: {s}");
     }
@@ -262,7 +262,7 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
     for id in &all_inputs {
         let (st, t) = call(&addr, "GET", &format!("/threads/{id}"), "");
         assert_eq!(st, 200, "{id}");
-        let status = t["status"].as_str().unwrap_or("?").to_string();
+        let status = t["run_status"].as_str().unwrap_or("?").to_string();
         *first_seen.entry(status.clone()).or_default() += 1;
         let runs = format!("/threads/{id}/runs");
         match status.as_str() {

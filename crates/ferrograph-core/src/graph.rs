@@ -748,41 +748,73 @@ impl<S: State> CompiledGraph<S> {
         Arc::as_ptr(&self.inner) as *const () as usize
     }
 
-    /// A Mermaid flowchart of the graph.
-    pub fn to_mermaid(&self) -> String {
+    /// The graph's nodes and edges, ready to draw (Mermaid, LangGraph's graph JSON, SVG).
+    pub fn drawing(&self) -> crate::drawing::GraphDrawing {
+        use crate::drawing::{DrawEdge, EdgeKind, GraphDrawing, END_NODE, START_NODE};
         let spec = &self.inner;
         let name = |t: Option<usize>| match t {
             Some(i) => spec.nodes[i].name.to_string(),
-            None => "__end__".to_string(),
+            None => END_NODE.to_string(),
         };
-        let mut out = String::from("flowchart TD\n");
+        let mut edges = Vec::new();
+        let mut push = |source: String, target: String, label: Option<String>, kind: EdgeKind| {
+            let e = DrawEdge {
+                source,
+                target,
+                label,
+                kind,
+            };
+            if !edges.contains(&e) {
+                edges.push(e);
+            }
+        };
         for &t in &spec.start_edges {
-            out.push_str(&format!("  __start__ --> {}\n", name(t)));
+            push(START_NODE.to_string(), name(t), None, EdgeKind::Direct);
         }
         for b in &spec.start_branches {
             for (l, t) in &b.path_map {
-                out.push_str(&format!("  __start__ -. {l} .-> {t}\n"));
+                push(
+                    START_NODE.to_string(),
+                    t.clone(),
+                    Some(l.clone()),
+                    EdgeKind::Conditional,
+                );
             }
         }
         for (i, node) in spec.nodes.iter().enumerate() {
             for &t in &spec.edges[i] {
-                out.push_str(&format!("  {} --> {}\n", node.name, name(t)));
+                push(node.name.to_string(), name(t), None, EdgeKind::Direct);
             }
             for b in &spec.branches[i] {
                 for (l, t) in &b.path_map {
-                    out.push_str(&format!("  {} -. {l} .-> {t}\n", node.name));
+                    push(
+                        node.name.to_string(),
+                        t.clone(),
+                        Some(l.clone()),
+                        EdgeKind::Conditional,
+                    );
                 }
             }
         }
         for j in &spec.joins {
             for &s in &j.sources {
-                out.push_str(&format!(
-                    "  {} ==> {}\n",
-                    spec.nodes[s].name,
-                    name(j.target)
-                ));
+                push(
+                    spec.nodes[s].name.to_string(),
+                    name(j.target),
+                    None,
+                    EdgeKind::Join,
+                );
             }
         }
-        out
+        GraphDrawing {
+            name: spec.name.clone(),
+            nodes: spec.nodes.iter().map(|n| n.name.to_string()).collect(),
+            edges,
+        }
+    }
+
+    /// A Mermaid flowchart of the graph.
+    pub fn to_mermaid(&self) -> String {
+        self.drawing().to_mermaid(None)
     }
 }

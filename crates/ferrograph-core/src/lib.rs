@@ -6,6 +6,7 @@
 extern crate self as ferrograph_core;
 
 pub mod checkpoint;
+pub mod drawing;
 pub mod engine;
 pub mod graph;
 pub mod id;

@@ -100,6 +100,8 @@ pub struct WorkflowInfo {
     pub nodes: Vec<String>,
     /// A Mermaid flowchart.
     pub mermaid: String,
+    /// Nodes and edges, to draw with highlights (SVG, Mermaid, LangGraph's graph JSON).
+    pub drawing: ferrograph_core::drawing::GraphDrawing,
 }
 
 /// A run in progress, streaming JSON events.
@@ -234,6 +236,15 @@ pub trait Workflow: Send + Sync {
     async fn update_state(
         &self,
         thread: &str,
+        update: Value,
+        as_node: Option<&str>,
+    ) -> Result<String, RunError>;
+    /// Edits a thread's state at an older checkpoint: the new checkpoint follows `checkpoint`
+    /// and becomes the thread's newest (LangGraph's `update_state` with a checkpoint id).
+    async fn update_state_at(
+        &self,
+        thread: &str,
+        checkpoint: &str,
         update: Value,
         as_node: Option<&str>,
     ) -> Result<String, RunError>;
@@ -404,6 +415,7 @@ impl<S: State> Workflow for GraphRunner<S> {
             name: self.graph().name().to_string(),
             nodes: spec.nodes.iter().map(|n| n.name.to_string()).collect(),
             mermaid: self.graph().to_mermaid(),
+            drawing: self.graph().drawing(),
         }
     }
 
@@ -451,6 +463,17 @@ impl<S: State> Workflow for GraphRunner<S> {
     ) -> Result<String, RunError> {
         let update = parse_update::<S>(update)?;
         GraphRunner::update_state(self, thread, update, as_node).await
+    }
+
+    async fn update_state_at(
+        &self,
+        thread: &str,
+        checkpoint: &str,
+        update: Value,
+        as_node: Option<&str>,
+    ) -> Result<String, RunError> {
+        let update = parse_update::<S>(update)?;
+        GraphRunner::update_state_at(self, thread, checkpoint, update, as_node).await
     }
 
     async fn fork(

@@ -831,9 +831,18 @@ impl<S: State> GraphRunner<S> {
         } else {
             ChainStats::default()
         };
-        let mut carried = saver
-            .get_writes(thread, &loaded.frame.checkpoint_id)
-            .await?;
+        // On the newest checkpoint, what is pending carries over (open interrupts stay open,
+        // finished tasks' outputs are kept). A branch from an older checkpoint starts clean,
+        // as a fork does: the run that went on from there already consumed that checkpoint's
+        // writes (its answers, its tasks' outputs), and replaying them would answer the
+        // branch's interrupts with the old answers; its planned tasks run again instead.
+        let mut carried = if at_newest {
+            saver
+                .get_writes(thread, &loaded.frame.checkpoint_id)
+                .await?
+        } else {
+            Vec::new()
+        };
         let mut frame = loaded.frame;
         let mut records = Vec::with_capacity(steps.len());
         for edits in steps {

@@ -154,9 +154,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?);
         println!("team brief at {}", fx.brief.display());
     }
+    // The long-term store (the Agent Server API's /store routes and created assistants).
+    let store_dir = match &args.data_dir {
+        Some(d) => std::path::PathBuf::from(d).join("store"),
+        None => _scratch.path().join("store"),
+    };
+    let (store, _) =
+        ferrograph_store::SledStore::open(&store_dir, ferrograph_store::StoreOptions::default())?;
     let state = AppState::new(registry, saver, args.token)
         .with_max_body_bytes(args.max_body_bytes)
-        .with_access(access);
+        .with_access(access)
+        .with_store(Arc::new(ferrograph_store::StoreHandle::new(store)));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");

@@ -1,5 +1,6 @@
 //! The JSON API's handlers.
 
+use crate::agent;
 use crate::error::{ApiError, ApiJson};
 use crate::runs;
 use crate::AppState;
@@ -27,14 +28,103 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/openapi.json", get(openapi))
         .route("/workflows", get(workflows))
         .route("/threads", get(list_threads).post(create_thread))
-        .route("/threads/{id}", get(get_thread).delete(delete_thread))
+        .route(
+            "/threads/{id}",
+            get(get_thread)
+                .delete(delete_thread)
+                .patch(agent::threads::patch),
+        )
         .route("/threads/{id}/state", get(get_state).post(update_state))
-        .route("/threads/{id}/history", get(history))
-        .route("/threads/{id}/runs", axum::routing::post(create_run))
+        .route(
+            "/threads/{id}/history",
+            get(history).post(agent::threads::history),
+        )
+        .route(
+            "/threads/{id}/runs",
+            get(agent::runs::list).post(create_run),
+        )
         .route("/threads/{id}/events", get(thread_events))
+        .merge(agent_routes())
 }
 
-fn check_thread_id(id: &str) -> Result<(), ApiError> {
+/// The Agent Server API's routes that are not shared with ours.
+fn agent_routes() -> Router<AppState> {
+    use axum::routing::{delete, post};
+    Router::new()
+        .route("/info", get(agent::info))
+        .route("/ok", get(agent::ok))
+        .route("/assistants", post(agent::assistants::create))
+        .route("/assistants/search", post(agent::assistants::search))
+        .route("/assistants/count", post(agent::assistants::count))
+        .route(
+            "/assistants/{id}",
+            get(agent::assistants::get)
+                .patch(agent::assistants::patch)
+                .delete(agent::assistants::delete),
+        )
+        .route("/assistants/{id}/graph", get(agent::assistants::graph))
+        .route("/assistants/{id}/schemas", get(agent::assistants::schemas))
+        .route(
+            "/assistants/{id}/subgraphs",
+            get(agent::assistants::subgraphs),
+        )
+        .route(
+            "/assistants/{id}/subgraphs/{ns}",
+            get(agent::assistants::subgraphs_ns),
+        )
+        .route(
+            "/assistants/{id}/versions",
+            post(agent::assistants::versions),
+        )
+        .route(
+            "/assistants/{id}/latest",
+            post(agent::assistants::set_latest),
+        )
+        .route("/threads/search", post(agent::threads::search))
+        .route("/threads/count", post(agent::threads::count))
+        .route("/threads/{id}/copy", post(agent::threads::copy))
+        .route(
+            "/threads/{id}/state/checkpoint",
+            post(agent::threads::state_at_checkpoint),
+        )
+        .route(
+            "/threads/{id}/state/{checkpoint}",
+            get(agent::threads::state_at),
+        )
+        .route("/threads/{id}/runs/wait", post(agent::runs::wait_on_thread))
+        .route(
+            "/threads/{id}/runs/stream",
+            post(agent::runs::stream_on_thread),
+        )
+        .route(
+            "/threads/{id}/runs/{run}",
+            get(agent::runs::get).delete(agent::runs::delete),
+        )
+        .route("/threads/{id}/runs/{run}/join", get(agent::runs::join))
+        .route(
+            "/threads/{id}/runs/{run}/stream",
+            get(agent::runs::join_stream),
+        )
+        .route("/threads/{id}/runs/{run}/cancel", post(agent::runs::cancel))
+        .route("/runs", post(agent::runs::create_stateless))
+        .route("/runs/wait", post(agent::runs::wait_stateless))
+        .route("/runs/stream", post(agent::runs::stream_stateless))
+        .route("/runs/cancel", post(agent::runs::cancel_many))
+        .route(
+            "/store/items",
+            get(agent::store::get_item)
+                .put(agent::store::put_item)
+                .delete(agent::store::delete_item),
+        )
+        .route("/store/items/search", post(agent::store::search))
+        .route("/store/namespaces", post(agent::store::namespaces))
+        .route("/threads/{id}/runs/crons", post(agent::unsupported_crons))
+        .route("/runs/crons", post(agent::unsupported_crons))
+        .route("/runs/crons/search", post(agent::unsupported_crons))
+        .route("/runs/crons/{id}", delete(agent::unsupported_crons))
+}
+
+pub(crate) fn check_thread_id(id: &str) -> Result<(), ApiError> {
     ferrograph::core::id::check_thread_id(id).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -49,7 +139,7 @@ fn check_thread_id(id: &str) -> Result<(), ApiError> {
 
 /// The status shown for a thread: `idle` for a thread created through the API that has not run
 /// yet (stored as `done` without a checkpoint, since thread records have no idle status).
-fn view_status(info: &ThreadInfo, active: bool) -> &'static str {
+pub(crate) fn view_status(info: &ThreadInfo, active: bool) -> &'static str {
     if active {
         // A run is in progress here; the stored record catches up once its input is accepted.
         "running"
@@ -64,20 +154,27 @@ fn view_status(info: &ThreadInfo, active: bool) -> &'static str {
     }
 }
 
-fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
+pub(crate) fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
     let active = state.is_active(&info.thread_id);
     let status = view_status(info, active);
     json!({
         "thread_id": info.thread_id,
+        // The Agent Server API's fields.
+        "status": crate::agent::threads::lg_status(info, active),
+        "interrupts": crate::agent::threads::interrupts_by_task(&info.interrupts),
+        "created_at": crate::agent::iso(info.created_at_ms),
+        "updated_at": crate::agent::iso(info.updated_at_ms),
+        "metadata": crate::agent::metadata_out(&info.metadata),
+        "config": {},
+        // Ours.
         "workflow": info.graph,
-        "status": status,
+        "run_status": status,
         "active": active,
+        "pending_interrupts": info.interrupts,
         "created_at_ms": info.created_at_ms,
         "updated_at_ms": info.updated_at_ms,
         "last_checkpoint_id": info.last_checkpoint_id,
         "error": info.error,
-        "interrupts": info.interrupts,
-        "metadata": info.metadata,
         "hint": (status == "orphaned").then(|| format!(
             "the process running this thread ended mid-run; POST /threads/{}/runs with no input (or `ferrograph resume {}`) continues it from its last checkpoint",
             info.thread_id, info.thread_id
@@ -90,7 +187,7 @@ fn thread_view(state: &AppState, info: &ThreadInfo) -> Value {
 /// against the checkpoint: its open interrupts are what is waiting (a crash can come between
 /// the checkpoint and the record), and with none open the thread was cut off mid-run. A
 /// corrected record is written back, so the two agree from then on.
-async fn reconcile(state: &AppState, mut info: ThreadInfo) -> ThreadInfo {
+pub(crate) async fn reconcile(state: &AppState, mut info: ThreadInfo) -> ThreadInfo {
     let claims = matches!(
         info.status,
         ThreadStatus::Interrupted | ThreadStatus::Running
@@ -142,7 +239,7 @@ async fn reconcile(state: &AppState, mut info: ThreadInfo) -> ThreadInfo {
     info
 }
 
-async fn load_thread(state: &AppState, id: &str) -> Result<ThreadInfo, ApiError> {
+pub(crate) async fn load_thread(state: &AppState, id: &str) -> Result<ThreadInfo, ApiError> {
     let info = state
         .inner
         .saver
@@ -152,12 +249,25 @@ async fn load_thread(state: &AppState, id: &str) -> Result<ThreadInfo, ApiError>
     Ok(reconcile(state, info).await)
 }
 
-fn workflow_of(state: &AppState, info: &ThreadInfo) -> Result<Arc<dyn Workflow>, ApiError> {
+pub(crate) fn workflow_of(
+    state: &AppState,
+    info: &ThreadInfo,
+) -> Result<Arc<dyn Workflow>, ApiError> {
     entry_of(state, info).map(|e| e.workflow.clone())
 }
 
-fn entry_of<'a>(state: &'a AppState, info: &ThreadInfo) -> Result<&'a Entry, ApiError> {
+pub(crate) fn entry_of<'a>(state: &'a AppState, info: &ThreadInfo) -> Result<&'a Entry, ApiError> {
     let reg = &state.inner.registry;
+    if info.graph.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "thread_unbound",
+            format!(
+                "thread `{}` has no graph yet: its first run names one (`assistant_id`)",
+                info.thread_id
+            ),
+        ));
+    }
     if let Some(e) = reg.get(&info.graph) {
         return Ok(e);
     }
@@ -249,10 +359,18 @@ struct CreateThread {
     metadata: BTreeMap<String, String>,
 }
 
+/// `POST /threads`: ours when the body names a `workflow`, the Agent Server API's otherwise.
 async fn create_thread(
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<CreateThread>,
+    ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
+    if body.get("workflow").is_none_or(Value::is_null) {
+        return Ok(crate::agent::threads::create(&state, body)
+            .await?
+            .into_response());
+    }
+    let body: CreateThread = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid_body(format!("not a thread to create: {e}")))?;
     if state.inner.registry.get(&body.workflow).is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -379,60 +497,27 @@ struct StateQuery {
     checkpoint_id: Option<String>,
 }
 
-fn empty_snapshot() -> Value {
-    json!({
-        "values": null, "next": [], "checkpoint_id": null, "parent_id": null, "step": 0,
-        "source": null, "writers": [], "created_at_ms": null, "interrupts": [],
-    })
-}
-
+/// `GET /threads/{id}/state`: the newest snapshot (or the one at `?checkpoint_id=`), in both
+/// APIs' shapes.
 async fn get_state(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(q): Query<StateQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let info = load_thread(&state, &id).await?;
-    let wf = workflow_of(&state, &info)?;
     let checkpoint = q.checkpoint_id.filter(|c| !c.is_empty());
-    if checkpoint.is_none() && info.last_checkpoint_id.is_none() {
-        if let Ok(None) = state.inner.saver.get(&id, None).await {
-            return Ok(Json(empty_snapshot()));
-        }
-    }
-    match wf.get_state(&id, checkpoint.as_deref()).await {
-        Ok(s) => Ok(Json(serde_json::to_value(&s).unwrap_or(Value::Null))),
-        Err(ferrograph::RunError::ThreadNotFound(_)) if checkpoint.is_none() => {
-            Ok(Json(empty_snapshot()))
-        }
-        Err(ferrograph::RunError::Checkpoint(ferrograph::CheckpointError::NotFound {
-            checkpoint,
-            ..
-        })) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "checkpoint_not_found",
-            format!("thread `{id}` has no checkpoint `{checkpoint}`"),
-        )),
-        Err(ferrograph::RunError::ThreadNotFound(_)) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "checkpoint_not_found",
-            format!("thread `{id}` has no such checkpoint"),
-        )),
-        Err(e) => Err(e.into()),
-    }
+    Ok(Json(
+        crate::agent::threads::snapshot(&state, &info, checkpoint.as_deref()).await?,
+    ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UpdateState {
-    values: Value,
-    #[serde(default)]
-    as_node: Option<String>,
-}
-
+/// `POST /threads/{id}/state`: edits the state as node `as_node` (or as input); with a
+/// checkpoint (the Agent Server API's `checkpoint_id` or `checkpoint`), on a branch from it.
+/// Answers the new checkpoint in both shapes.
 async fn update_state(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    ApiJson(mut body): ApiJson<UpdateState>,
+    ApiJson(mut body): ApiJson<crate::agent::threads::UpdateBody>,
 ) -> Result<Json<Value>, ApiError> {
     let info = load_thread(&state, &id).await?;
     let entry = entry_of(&state, &info)?;
@@ -440,6 +525,10 @@ async fn update_state(
     if !body.values.is_object() {
         return Err(ApiError::invalid_body("`values` must be an object"));
     }
+    let at = match body.checkpoint_id.take().filter(|c| !c.is_empty()) {
+        Some(c) => Some(c),
+        None => crate::agent::threads::checkpoint_id_of(&body.checkpoint)?,
+    };
     state
         .inner
         .access
@@ -454,14 +543,26 @@ async fn update_state(
         }
     }
     let guard = state.claim(&id)?;
-    let result = wf
-        .update_state(&id, body.values, body.as_node.as_deref())
-        .await;
+    let result = match &at {
+        Some(cp) => {
+            wf.update_state_at(&id, cp, body.values, body.as_node.as_deref())
+                .await
+        }
+        None => {
+            wf.update_state(&id, body.values, body.as_node.as_deref())
+                .await
+        }
+    };
     drop(guard);
     let checkpoint_id = result?;
-    Ok(Json(
-        json!({ "thread_id": id, "checkpoint_id": checkpoint_id }),
-    ))
+    Ok(Json(json!({
+        "thread_id": id,
+        "checkpoint_id": checkpoint_id,
+        "checkpoint": {
+            "thread_id": id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id,
+            "checkpoint_map": null,
+        },
+    })))
 }
 
 #[derive(Deserialize)]
@@ -503,7 +604,7 @@ async fn history(
 /// go to (one name or a list).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RunCommand {
+pub(crate) struct RunCommand {
     #[serde(default)]
     resume: Option<Value>,
     #[serde(default)]
@@ -548,18 +649,17 @@ fn resume_of(value: Value, info: &ThreadInfo) -> Resume {
     Resume::value(value)
 }
 
-/// Starts a run on a thread: with `input`, from that update; with `command` (`resume`, `update`,
-/// `goto`, any of them), as LangGraph's `Command`; with neither, continuing the thread. Refused with `409 thread_busy` while
-/// another run is in progress on the thread.
-async fn create_run(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    ApiJson(body): ApiJson<RunRequest>,
-) -> Result<Response, ApiError> {
-    let info = load_thread(&state, &id).await?;
-    let entry = entry_of(&state, &info)?;
-    let wf = entry.workflow.clone();
-    let input = match (body.input, body.command) {
+/// What a run starts with: `input` (an update of the state; `null` or none continues the
+/// thread) or `command` (LangGraph's `Command`: `resume`, `update`, `goto`), not both. Paths in
+/// the input are confined to the server's roots.
+pub(crate) fn run_input(
+    state: &AppState,
+    entry: &Entry,
+    info: &ThreadInfo,
+    input: Option<Value>,
+    command: Option<RunCommand>,
+) -> Result<JsonInput, ApiError> {
+    Ok(match (input, command) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid_body(
                 "give either `input` or `command`, not both",
@@ -584,7 +684,7 @@ async fn create_run(
                 update: None,
                 goto: None,
             }),
-        ) => JsonInput::Resume(resume_of(resume, &info)),
+        ) => JsonInput::Resume(resume_of(resume, info)),
         (None, Some(c)) => {
             let update = match c.update {
                 Some(mut v) => {
@@ -608,15 +708,35 @@ async fn create_run(
             JsonInput::Command {
                 update,
                 goto,
-                resume: c.resume.map(|r| resume_of(r, &info)),
+                resume: c.resume.map(|r| resume_of(r, info)),
             }
         }
-    };
+    })
+}
+
+/// Starts a run on a thread: with `input`, from that update; with `command` (`resume`, `update`,
+/// `goto`, any of them), as LangGraph's `Command`; with neither, continuing the thread. Refused with `409 thread_busy` while
+/// another run is in progress on the thread.
+async fn create_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    if body.get("assistant_id").is_some_and(|a| !a.is_null()) {
+        return agent::runs::create_on_thread(state, id, body).await;
+    }
+    let body: RunRequest = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid_body(format!("not a run request: {e}")))?;
+    let info = load_thread(&state, &id).await?;
+    let entry = entry_of(&state, &info)?;
+    let wf = entry.workflow.clone();
+    let input = run_input(&state, entry, &info, body.input, body.command)?;
     let modes: Option<StreamModes> = body.stream.then(|| match &body.stream_mode {
         Some(list) if !list.is_empty() => list.iter().copied().collect(),
         _ => StreamModes::from(StreamMode::Values),
     });
-    let started = runs::start_run(&state, info, wf, input, modes).await?;
+    let started =
+        runs::start_run(&state, info, wf, input, modes, runs::RunOptions::default()).await?;
     if let Some(rx) = started.events {
         let events = ReceiverStream::new(rx)
             .map(|e| Ok::<_, Infallible>(Event::default().event(&e.kind).data(&e.data)));

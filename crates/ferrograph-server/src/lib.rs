@@ -27,6 +27,7 @@
 //! with a listener bound to port 0.
 
 pub mod access;
+mod agent;
 mod api;
 mod conn;
 mod console;
@@ -42,6 +43,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use ferrograph::core::store::Store;
 use ferrograph::CheckpointSaver;
 use ferrograph::Registry;
 use std::collections::{HashMap, HashSet};
@@ -136,6 +138,12 @@ pub(crate) struct Inner {
     pub(crate) reconciled: Mutex<HashSet<String>>,
     /// Flips to true when the server shuts down, ending open event streams.
     pub(crate) closing: watch::Sender<bool>,
+    /// The long-term store (the Agent Server API's `/store` routes and created assistants).
+    pub(crate) store: Option<Arc<dyn Store>>,
+    /// Assistants created through the API.
+    pub(crate) assistants: agent::assistants::AssistantTable,
+    /// Runs started through the Agent Server API.
+    pub(crate) agent_runs: agent::runs::RunTable,
 }
 
 /// Shared state of the server: the workflows, the checkpoint saver, the token, metrics and the
@@ -164,6 +172,9 @@ impl AppState {
                 active: Mutex::new(HashSet::new()),
                 reconciled: Mutex::new(HashSet::new()),
                 closing,
+                store: None,
+                assistants: agent::assistants::AssistantTable::default(),
+                agent_runs: agent::runs::RunTable::default(),
             }),
         }
     }
@@ -179,6 +190,13 @@ impl AppState {
     #[must_use]
     pub fn with_access(self, access: access::Access) -> Self {
         self.configure(|inner| inner.access = access)
+    }
+
+    /// Serves `store` as the long-term store (`/store/items`, `/store/namespaces`) and keeps
+    /// the assistants created through the API in it. Call before [`router`].
+    #[must_use]
+    pub fn with_store(self, store: Arc<dyn Store>) -> Self {
+        self.configure(|inner| inner.store = Some(store))
     }
 
     /// Sets the header-read and idle timeouts and the connection cap that [`serve_on`]

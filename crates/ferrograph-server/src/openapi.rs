@@ -348,18 +348,28 @@ pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
                 },
                 "Thread": {
                     "type": "object",
-                    "required": ["thread_id", "workflow", "status", "active", "created_at_ms", "updated_at_ms", "interrupts", "metadata"],
+                    "description": "A thread, with the Agent Server API's fields (status, interrupts by task, created_at, updated_at, metadata) and ours (run_status, pending_interrupts, workflow, ...).",
+                    "required": ["thread_id", "workflow", "status", "run_status", "active", "created_at", "updated_at", "created_at_ms", "updated_at_ms", "interrupts", "pending_interrupts", "metadata"],
                     "properties": {
                         "thread_id": { "type": "string" },
-                        "workflow": { "type": "string" },
-                        "status": { "type": "string", "enum": ["idle", "running", "orphaned", "interrupted", "done", "failed"] },
+                        "status": { "type": "string", "enum": ["idle", "busy", "interrupted", "error"], "description": "The Agent Server API's status." },
+                        "interrupts": {
+                            "type": "object", "description": "Pending interrupts by task id (the Agent Server API's shape).",
+                            "additionalProperties": { "type": "array", "items": { "type": "object" } }
+                        },
+                        "created_at": { "type": "string" },
+                        "updated_at": { "type": "string" },
+                        "metadata": { "type": "object" },
+                        "config": { "type": "object" },
+                        "values": { "description": "The state (threads created or searched through the Agent Server API)." },
+                        "workflow": { "type": "string", "description": "The graph it runs (empty until its first run for a thread created without one)." },
+                        "run_status": { "type": "string", "enum": ["idle", "running", "orphaned", "interrupted", "done", "failed"] },
                         "active": { "type": "boolean", "description": "A run is in progress through this server." },
                         "created_at_ms": { "type": "integer" },
                         "updated_at_ms": { "type": "integer" },
                         "last_checkpoint_id": { "type": "string", "nullable": true },
                         "error": { "type": "string", "nullable": true },
-                        "interrupts": { "type": "array", "items": { "$ref": "#/components/schemas/Interrupt" } },
-                        "metadata": { "type": "object", "additionalProperties": { "type": "string" } },
+                        "pending_interrupts": { "type": "array", "items": { "$ref": "#/components/schemas/Interrupt" } },
                         "hint": { "type": "string", "nullable": true, "description": "What to do with an orphaned thread (its process ended mid-run)." }
                     }
                 },

@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::metrics::RunTracker;
 use crate::{AppState, LiveEvent};
 use ferrograph::runtime::{JsonInput, JsonOutcome, JsonRun, RunError, Workflow};
-use ferrograph::{RunConfig, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
+use ferrograph::{CancelHandle, RunConfig, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -138,6 +138,19 @@ fn refused_before_start(e: &RunError) -> bool {
     )
 }
 
+/// Settings of a run beyond its input and stream.
+#[derive(Clone, Default)]
+pub(crate) struct RunOptions {
+    /// Stops the run from outside (the Agent Server API's cancel).
+    pub(crate) cancel: Option<CancelHandle>,
+    /// Start from this checkpoint instead of the newest.
+    pub(crate) checkpoint_id: Option<String>,
+    /// Supersteps allowed (LangGraph's `recursion_limit`); the runtime's default when unset.
+    pub(crate) max_steps: Option<u64>,
+    /// Run id announced in the `run_start` live event.
+    pub(crate) run_id: Option<String>,
+}
+
 /// Starts a run on `info`'s thread. `stream` is the set of modes the client asked to stream, or
 /// `None` for a client that waits for the outcome.
 pub(crate) async fn start_run(
@@ -146,9 +159,24 @@ pub(crate) async fn start_run(
     workflow: Arc<dyn Workflow>,
     input: JsonInput,
     stream: Option<StreamModes>,
+    options: RunOptions,
 ) -> Result<StartedRun, ApiError> {
     let thread = info.thread_id.clone();
     let guard = state.claim(&thread)?;
+    start_claimed(state, info, workflow, input, stream, options, guard).await
+}
+
+/// [`start_run`] on a thread already claimed by `guard`.
+pub(crate) async fn start_claimed(
+    state: &AppState,
+    info: ThreadInfo,
+    workflow: Arc<dyn Workflow>,
+    input: JsonInput,
+    stream: Option<StreamModes>,
+    options: RunOptions,
+    guard: ActiveGuard,
+) -> Result<StartedRun, ApiError> {
+    let thread = info.thread_id.clone();
     let modes = stream.map_or(internal_modes(), |m| {
         StreamMode::ALL
             .into_iter()
@@ -157,7 +185,16 @@ pub(crate) async fn start_run(
     });
     let mut attempts = 0;
     let run = loop {
-        let config = RunConfig::thread(thread.clone()).stream(modes);
+        let mut config = RunConfig::thread(thread.clone()).stream(modes);
+        if let Some(c) = &options.cancel {
+            config = config.cancel(c.clone());
+        }
+        if let Some(cp) = &options.checkpoint_id {
+            config = config.at_checkpoint(cp.clone());
+        }
+        if let Some(n) = options.max_steps {
+            config = config.max_steps(n);
+        }
         match workflow.start(input.clone(), config).await {
             Ok(run) => break run,
             // This server holds the thread, so the runtime's claim is the tail of the previous
@@ -189,7 +226,7 @@ pub(crate) async fn start_run(
     let live = state.live_sender(&thread);
     let _ = live.send(live_event(
         "run_start",
-        &json!({ "thread_id": thread, "workflow": info.graph }),
+        &json!({ "thread_id": thread, "workflow": info.graph, "run_id": options.run_id }),
     ));
     tokio::spawn(drive(
         state.clone(),

@@ -431,6 +431,16 @@ impl Workflow for TriageWorkflow {
         Workflow::update_state(&*self.runner, thread, update, as_node).await
     }
 
+    async fn update_state_at(
+        &self,
+        thread: &str,
+        checkpoint: &str,
+        update: Value,
+        as_node: Option<&str>,
+    ) -> Result<String, RunError> {
+        Workflow::update_state_at(&*self.runner, thread, checkpoint, update, as_node).await
+    }
+
     async fn fork(
         &self,
         thread: &str,

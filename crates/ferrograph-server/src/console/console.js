@@ -132,7 +132,7 @@ async function refreshThreads() {
       const tr = el("tr", { "data-thread": t.thread_id, onclick: () => selectThread(t.thread_id) },
         el("td", { class: "mono", title: t.thread_id }, t.thread_id.length > 14 ? t.thread_id.slice(0, 12) + "…" : t.thread_id),
         el("td", {}, t.workflow),
-        el("td", {}, pill(t.active ? "running" : t.status)),
+        el("td", {}, pill(t.active ? "running" : t.run_status)),
         el("td", { class: "muted small" }, ago(t.updated_at_ms)));
       if (t.thread_id === state.selected) tr.classList.add("selected");
       return tr;
@@ -183,19 +183,19 @@ async function refreshDetail() {
 }
 
 function renderThread(t) {
-  const status = t.active ? "running" : t.status;
+  const status = t.active ? "running" : t.run_status;
   $("d-title").textContent = t.thread_id;
   const p = $("d-status"); p.textContent = status; p.className = "pill pill-" + status; p.dataset.status = status;
   $("d-meta").textContent = `workflow ${t.workflow} · created ${ago(t.created_at_ms)} · updated ${ago(t.updated_at_ms)}` +
     (t.last_checkpoint_id ? ` · checkpoint ${t.last_checkpoint_id}` : "");
   const err = $("d-error");
   err.textContent = t.error || ""; err.classList.toggle("hidden", !t.error);
-  const key = JSON.stringify(t.interrupts.map((i) => i.id)) + status;
+  const key = JSON.stringify(t.pending_interrupts.map((i) => i.id)) + status;
   const box = $("interrupts");
   if (box.dataset.key === key) return; // keep what the reviewer is typing
   box.dataset.key = key;
   if (status === "orphaned") { box.replaceChildren(renderOrphaned(t)); return; }
-  box.replaceChildren(...(status === "interrupted" ? t.interrupts.map((i) => renderInterrupt(t, i)) : []));
+  box.replaceChildren(...(status === "interrupted" ? t.pending_interrupts.map((i) => renderInterrupt(t, i)) : []));
 }
 
 // A run whose process ended mid-run: it continues from its last checkpoint.
@@ -284,7 +284,7 @@ function renderInterrupt(thread, intr) {
   const resume = async (value, buttons) => {
     buttons.forEach((b) => (b.disabled = true));
     msg.textContent = "resuming…"; msg.className = "small muted";
-    const addressed = thread.interrupts.length > 1 ? { [intr.id]: value } : value;
+    const addressed = thread.pending_interrupts.length > 1 ? { [intr.id]: value } : value;
     try {
       const out = await api("POST", "/threads/" + encodeURIComponent(thread.thread_id) + "/runs", { command: { resume: addressed } });
       msg.textContent = "run " + out.status;
@@ -330,7 +330,7 @@ const EVENT_KINDS = ["thread", "run_start", "values", "updates", "custom", "toke
 function summarize(kind, data) {
   const d = data && data.data !== undefined && data.kind ? data.data : data;
   switch (kind) {
-    case "thread": return `status ${d.active ? "running" : d.status}`;
+    case "thread": return `status ${d.active ? "running" : d.run_status}`;
     case "run_start": return "run started";
     case "task_start": return `${d.node} (step ${d.step}, attempt ${d.attempt})`;
     case "task_end": return `${d.node} ${typeof d.outcome === "string" ? d.outcome : "error: " + (d.outcome.error || "")} in ${Number(d.duration_ms).toFixed(2)} ms`;

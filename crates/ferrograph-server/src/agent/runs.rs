@@ -1,0 +1,986 @@
+//! Runs of the Agent Server API: started in the background, waited for, streamed, joined,
+//! cancelled and listed.
+//!
+//! A run is admitted like one of ours (the thread is claimed, its input checked, paths
+//! confined; a refusal is an HTTP error before anything runs), then driven by the same
+//! machinery, and every event it makes is kept on its [`RunSlot`] in every stream mode, so
+//! that the client that started it, a client that joins later and one that reconnects with
+//! `Last-Event-ID` all read the same sequence. Runs are kept in memory (the last
+//! [`KEEP_RUNS`]); the threads they ran on, and their checkpoints, are on disk.
+
+use super::assistants::Assistant;
+use super::stream::{Converter, SseItem, MODES};
+use super::threads::interrupt_json;
+use super::{iso, metadata_in, unsupported};
+use crate::api::{entry_of, load_thread, run_input, RunCommand};
+use crate::error::{ApiError, ApiJson};
+use crate::runs::{lock, start_claimed, ActiveGuard, RunOptions};
+use crate::AppState;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ferrograph::core::id::now_millis;
+use ferrograph::runtime::JsonOutcome;
+use ferrograph::{CancelHandle, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Runs remembered by the server (finished ones beyond this are forgotten, oldest first).
+pub(crate) const KEEP_RUNS: usize = 2_000;
+/// Events kept per run for joining clients (older ones are dropped first).
+const KEEP_EVENTS: usize = 50_000;
+
+/// The runs this server started.
+#[derive(Default)]
+pub(crate) struct RunTable {
+    runs: Mutex<VecDeque<Arc<RunSlot>>>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    status: &'static str,
+    updated_at_ms: u64,
+    events: VecDeque<Arc<SseItem>>,
+    /// Events dropped from the front.
+    dropped: usize,
+    finished: bool,
+    /// What `wait` and `join` answer: the state's values (with `__interrupt__`), or
+    /// `{"__error__": …}`.
+    result: Value,
+}
+
+/// One run: its record and its events.
+pub(crate) struct RunSlot {
+    pub(crate) run_id: String,
+    pub(crate) thread_id: String,
+    assistant_id: String,
+    created_at_ms: u64,
+    metadata: Value,
+    multitask_strategy: String,
+    kwargs: Value,
+    modes: Vec<String>,
+    subgraphs: bool,
+    cancel: CancelHandle,
+    cancelled: Mutex<bool>,
+    state: Mutex<SlotState>,
+    changed: watch::Sender<u64>,
+}
+
+impl RunSlot {
+    fn view(&self) -> Value {
+        let s = lock(&self.state);
+        json!({
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": self.assistant_id,
+            "created_at": iso(self.created_at_ms),
+            "updated_at": iso(s.updated_at_ms),
+            "status": s.status,
+            "metadata": self.metadata,
+            "multitask_strategy": self.multitask_strategy,
+            "kwargs": self.kwargs,
+        })
+    }
+
+    fn status(&self) -> &'static str {
+        lock(&self.state).status
+    }
+
+    fn set_status(&self, status: &'static str) {
+        let mut s = lock(&self.state);
+        s.status = status;
+        s.updated_at_ms = now_millis();
+        drop(s);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn push(&self, item: SseItem) {
+        let mut s = lock(&self.state);
+        s.events.push_back(Arc::new(item));
+        if s.events.len() > KEEP_EVENTS {
+            s.events.pop_front();
+            s.dropped += 1;
+        }
+        drop(s);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn finish(&self, status: &'static str, result: Value) {
+        let mut s = lock(&self.state);
+        s.status = status;
+        s.result = result;
+        s.finished = true;
+        s.updated_at_ms = now_millis();
+        drop(s);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn is_finished(&self) -> bool {
+        lock(&self.state).finished
+    }
+
+    /// Events from index `from` on (absolute, counting dropped ones), and whether the run has
+    /// finished.
+    fn events_from(&self, from: usize) -> (usize, Vec<Arc<SseItem>>, bool) {
+        let s = lock(&self.state);
+        let start = from.max(s.dropped);
+        let items: Vec<Arc<SseItem>> = s.events.iter().skip(start - s.dropped).cloned().collect();
+        (start, items, s.finished)
+    }
+
+    async fn finished(&self) -> Value {
+        let mut rx = self.changed.subscribe();
+        loop {
+            {
+                let s = lock(&self.state);
+                if s.finished {
+                    return s.result.clone();
+                }
+            }
+            if rx.changed().await.is_err() {
+                return lock(&self.state).result.clone();
+            }
+        }
+    }
+
+    fn request_cancel(&self) {
+        *lock(&self.cancelled) = true;
+        self.cancel.cancel();
+    }
+}
+
+impl AppState {
+    fn remember_run(&self, slot: Arc<RunSlot>) {
+        let mut runs = lock(&self.inner.agent_runs.runs);
+        runs.push_back(slot);
+        while runs.len() > KEEP_RUNS {
+            match runs.iter().position(|r| r.is_finished()) {
+                Some(i) => {
+                    runs.remove(i);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn find_run(&self, thread: &str, run: &str) -> Result<Arc<RunSlot>, ApiError> {
+        lock(&self.inner.agent_runs.runs)
+            .iter()
+            .find(|r| r.run_id == run && r.thread_id == thread)
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "run_not_found",
+                    format!("thread `{thread}` has no run `{run}` on this server"),
+                )
+            })
+    }
+
+    fn runs_of(&self, thread: &str) -> Vec<Arc<RunSlot>> {
+        lock(&self.inner.agent_runs.runs)
+            .iter()
+            .filter(|r| r.thread_id == thread)
+            .cloned()
+            .collect()
+    }
+}
+
+/// A stream mode list: one name or several.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Modes {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The body of a run request, as the SDKs send it.
+#[derive(Deserialize)]
+pub(crate) struct RunBody {
+    assistant_id: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    command: Option<Value>,
+    #[serde(default)]
+    stream_mode: Option<Modes>,
+    #[serde(default)]
+    stream_subgraphs: Option<bool>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    config: Option<Value>,
+    #[serde(default)]
+    context: Option<Value>,
+    #[serde(default)]
+    checkpoint: Option<Value>,
+    #[serde(default)]
+    checkpoint_id: Option<String>,
+    #[serde(default)]
+    interrupt_before: Option<Value>,
+    #[serde(default)]
+    interrupt_after: Option<Value>,
+    #[serde(default)]
+    webhook: Option<String>,
+    #[serde(default)]
+    multitask_strategy: Option<String>,
+    #[serde(default)]
+    if_not_exists: Option<String>,
+    #[serde(default)]
+    on_disconnect: Option<String>,
+    #[serde(default)]
+    on_completion: Option<String>,
+    #[serde(default)]
+    after_seconds: Option<f64>,
+    #[serde(default)]
+    durability: Option<String>,
+    // Accepted and ignored: they change nothing a client can observe here.
+    #[serde(default)]
+    #[allow(dead_code)]
+    stream_resumable: Option<bool>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    feedback_keys: Option<Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    checkpoint_during: Option<bool>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    langsmith_tracer: Option<Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    strict_resume: Option<bool>,
+}
+
+fn parse_body(body: Value) -> Result<RunBody, ApiError> {
+    serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid_body(format!("not a run request: {e}")))
+}
+
+fn non_empty(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(m)) => !m.is_empty(),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// Refuses what ferrograph does not do, naming it.
+fn check_supported(b: &RunBody) -> Result<(), ApiError> {
+    if non_empty(&b.interrupt_before) || non_empty(&b.interrupt_after) {
+        return Err(unsupported(
+            "`interrupt_before`/`interrupt_after` per run",
+            "breakpoints are part of the compiled graph (`StateGraph::interrupt_before`)",
+        ));
+    }
+    if b.webhook.as_deref().is_some_and(|w| !w.is_empty()) {
+        return Err(unsupported(
+            "`webhook`",
+            "the server makes no outbound calls; follow the run with `join` or `/threads/{id}/events`",
+        ));
+    }
+    if b.after_seconds.is_some_and(|s| s > 0.0) {
+        return Err(unsupported("`after_seconds`", "runs start when requested"));
+    }
+    if non_empty(&b.context) {
+        return Err(unsupported(
+            "run `context`",
+            "ferrograph's workflows take their settings from the server's configuration",
+        ));
+    }
+    if b.durability.as_deref().is_some_and(|d| d != "sync") {
+        return Err(unsupported(
+            "a durability other than `sync` per run",
+            "every step of an API run is checkpointed before the next starts",
+        ));
+    }
+    if b.multitask_strategy.as_deref() == Some("rollback") {
+        return Err(unsupported(
+            "`multitask_strategy: rollback`",
+            "checkpoints are never deleted; use `interrupt` to stop the run in progress",
+        ));
+    }
+    Ok(())
+}
+
+fn modes_of(b: &RunBody) -> Result<Vec<String>, ApiError> {
+    let list = match &b.stream_mode {
+        None => vec!["values".to_string()],
+        Some(Modes::One(m)) => vec![m.clone()],
+        Some(Modes::Many(l)) if l.is_empty() => vec!["values".to_string()],
+        Some(Modes::Many(l)) => l.clone(),
+    };
+    for m in &list {
+        if !MODES.contains(&m.as_str()) {
+            return Err(ApiError::invalid_body(format!(
+                "unknown stream mode `{m}` (known: {})",
+                MODES.join(", ")
+            )));
+        }
+    }
+    Ok(list)
+}
+
+/// Every mode the runtime can stream: a slot keeps all of them.
+fn all_modes() -> StreamModes {
+    StreamMode::ALL
+        .into_iter()
+        .fold(StreamModes::NONE, StreamModes::with)
+}
+
+/// Claims the thread for a run, following the multitask strategy when a run is on it:
+/// `reject` refuses (409), `interrupt` cancels the runs in progress and waits for the thread,
+/// `enqueue` waits for it.
+async fn claim_for(
+    state: &AppState,
+    thread: &str,
+    strategy: &str,
+) -> Result<ActiveGuard, ApiError> {
+    match state.claim(thread) {
+        Ok(g) => return Ok(g),
+        Err(e) if strategy == "reject" => return Err(e),
+        Err(_) => {}
+    }
+    if strategy == "interrupt" {
+        for r in state.runs_of(thread) {
+            if !r.is_finished() {
+                r.request_cancel();
+            }
+        }
+    }
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Ok(g) = state.claim(thread) {
+            return Ok(g);
+        }
+    }
+}
+
+/// A run's result for `wait` and `join`.
+fn result_of(outcome: &JsonOutcome) -> Value {
+    let mut v = if outcome.state.is_object() {
+        outcome.state.clone()
+    } else {
+        json!({})
+    };
+    if !outcome.interrupts.is_empty() {
+        let list: Vec<Value> = outcome.interrupts.iter().map(interrupt_json).collect();
+        v["__interrupt__"] = Value::Array(list);
+    }
+    v
+}
+
+struct Admitted {
+    slot: Arc<RunSlot>,
+    on_disconnect_cancel: bool,
+}
+
+/// Admits and starts a run on `thread` (creating the thread when asked to), returning its
+/// slot once the run is under way. Refusals are HTTP errors and leave nothing behind.
+async fn admit(
+    state: &AppState,
+    thread: String,
+    b: RunBody,
+    stateless: bool,
+) -> Result<Admitted, ApiError> {
+    check_supported(&b)?;
+    let modes = modes_of(&b)?;
+    let assistant: Assistant = state.assistant(&b.assistant_id).await?;
+    let strategy = b
+        .multitask_strategy
+        .clone()
+        .unwrap_or_else(|| "reject".to_string());
+    if !matches!(strategy.as_str(), "reject" | "interrupt" | "enqueue") {
+        return Err(ApiError::invalid_body(format!(
+            "multitask_strategy must be reject, interrupt or enqueue, not `{strategy}`"
+        )));
+    }
+    let mut info = match state.inner.saver.get_thread(&thread).await? {
+        Some(_) => load_thread(state, &thread).await?,
+        None if stateless || b.if_not_exists.as_deref() == Some("create") => {
+            crate::api::check_thread_id(&thread)?;
+            let mut i = ThreadInfo::new(thread.clone(), assistant.graph_id.clone());
+            i.status = ThreadStatus::Done;
+            if stateless {
+                i.metadata.insert("stateless".into(), "true".into());
+            }
+            i
+        }
+        None => return Err(ApiError::thread_not_found(&thread)),
+    };
+    let guard = claim_for(state, &thread, &strategy).await?;
+    if stateless || info.last_checkpoint_id.is_none() {
+        // Re-read: a queued run may find the thread changed by the run it waited for.
+        if let Some(fresh) = state.inner.saver.get_thread(&thread).await? {
+            info = fresh;
+        }
+    } else {
+        info = load_thread(state, &thread).await?;
+    }
+    if info.graph.is_empty() {
+        info.graph = assistant.graph_id.clone();
+    }
+    let entry = entry_of(state, &info)?;
+    let graph_name = entry.workflow.info().name;
+    if info.graph != assistant.graph_id && graph_name != assistant.graph_id {
+        let bound = info.graph.clone();
+        let ok = state
+            .inner
+            .registry
+            .get(&assistant.graph_id)
+            .is_some_and(|e| e.workflow.info().name == bound);
+        if !ok {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "thread_graph_mismatch",
+                format!(
+                    "thread `{thread}` runs graph `{bound}`; assistant `{}` is of graph `{}`",
+                    assistant.assistant_id, assistant.graph_id
+                ),
+            ));
+        }
+    }
+    let command: Option<RunCommand> = match b.command {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(serde_json::from_value(c).map_err(|e| {
+            ApiError::invalid_body(format!(
+                "`command` has `resume`, `update` and `goto` (node names): {e}"
+            ))
+        })?),
+    };
+    let input = run_input(state, entry, &info, b.input, command)?;
+    let workflow = entry.workflow.clone();
+    // Persist the binding (and a new thread) before the run, so a crash leaves a thread
+    // that says which graph it belongs to.
+    state.inner.saver.put_thread(info.clone()).await?;
+    let checkpoint_id = match (&b.checkpoint_id, &b.checkpoint) {
+        (Some(c), _) if !c.is_empty() => Some(c.clone()),
+        (_, Some(c)) => super::threads::checkpoint_id_of(c)?,
+        _ => None,
+    };
+    let max_steps = b
+        .config
+        .as_ref()
+        .and_then(|c| c.get("recursion_limit"))
+        .and_then(Value::as_u64)
+        .or_else(|| assistant.recursion_limit());
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let cancel = CancelHandle::new();
+    let mut meta = b.metadata.clone().unwrap_or(json!({}));
+    metadata_in(&meta)?; // same rules as thread metadata
+    meta["assistant_id"] = json!(assistant.assistant_id);
+    meta["graph_id"] = json!(assistant.graph_id);
+    let (changed, _) = watch::channel(0);
+    let slot = Arc::new(RunSlot {
+        run_id: run_id.clone(),
+        thread_id: thread.clone(),
+        assistant_id: assistant.assistant_id.clone(),
+        created_at_ms: now_millis(),
+        metadata: meta,
+        multitask_strategy: strategy,
+        kwargs: json!({
+            "config": b.config.unwrap_or(json!({})),
+            "stream_mode": modes,
+            "subgraphs": b.stream_subgraphs.unwrap_or(false),
+            "checkpoint_id": checkpoint_id,
+        }),
+        modes,
+        subgraphs: b.stream_subgraphs.unwrap_or(false),
+        cancel: cancel.clone(),
+        cancelled: Mutex::new(false),
+        state: Mutex::new(SlotState {
+            status: "pending",
+            updated_at_ms: now_millis(),
+            ..SlotState::default()
+        }),
+        changed,
+    });
+    slot.push(SseItem::new(
+        None,
+        "metadata",
+        "",
+        &json!({ "run_id": run_id, "attempt": 1 }),
+    ));
+    let options = RunOptions {
+        cancel: Some(cancel),
+        checkpoint_id,
+        max_steps,
+        run_id: Some(run_id),
+    };
+    let started = start_claimed(
+        state,
+        info,
+        workflow,
+        input,
+        Some(all_modes()),
+        options,
+        guard,
+    )
+    .await?;
+    slot.set_status("running");
+    state.remember_run(slot.clone());
+    tokio::spawn(pump(
+        state.clone(),
+        slot.clone(),
+        started,
+        stateless && b.on_completion.as_deref() != Some("keep"),
+    ));
+    Ok(Admitted {
+        slot,
+        on_disconnect_cancel: b.on_disconnect.as_deref() == Some("cancel"),
+    })
+}
+
+/// Feeds a run's events into its slot and records how it ended.
+async fn pump(
+    state: AppState,
+    slot: Arc<RunSlot>,
+    started: crate::runs::StartedRun,
+    delete_after: bool,
+) {
+    let mut conv = Converter::new(&slot.run_id, &slot.thread_id);
+    if let Some(mut rx) = started.events {
+        while let Some(ev) = rx.recv().await {
+            if ev.kind == "end" || ev.kind == "error" {
+                continue;
+            }
+            let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+                continue;
+            };
+            let ns = v.get("namespace").and_then(Value::as_str).unwrap_or("");
+            let data = v.get("data").unwrap_or(&Value::Null);
+            for item in conv.convert(&ev.kind, ns, data) {
+                slot.push(item);
+            }
+        }
+    }
+    let cancelled = *lock(&slot.cancelled);
+    let (status, result) = match started.outcome.await {
+        Ok(Ok(o)) => {
+            let status = match o.status {
+                "done" => "success",
+                "interrupted" | "drained" => "interrupted",
+                "timed_out" => "timeout",
+                _ => "success",
+            };
+            (status, result_of(&o))
+        }
+        Ok(Err(e)) if cancelled => {
+            tracing::info!(run = %slot.run_id, error = %e.message, "run cancelled");
+            let values = match state.inner.saver.get_thread(&slot.thread_id).await {
+                Ok(Some(info)) => super::threads::current_values(&state, &info).await,
+                _ => json!({}),
+            };
+            ("interrupted", values)
+        }
+        Ok(Err(e)) => {
+            let err = json!({ "error": e.code, "message": e.message });
+            slot.push(SseItem::new(None, "error", "", &err));
+            let status = if e.code == "timeout" || e.code == "run_timeout" {
+                "timeout"
+            } else {
+                "error"
+            };
+            (status, json!({ "__error__": err }))
+        }
+        Err(_) => {
+            let err =
+                json!({ "error": "internal_error", "message": "the run ended without an outcome" });
+            slot.push(SseItem::new(None, "error", "", &err));
+            ("error", json!({ "__error__": err }))
+        }
+    };
+    if delete_after {
+        if let Ok(guard) = state.claim(&slot.thread_id) {
+            let deleted = state.inner.saver.delete_thread(&slot.thread_id).await;
+            if let Err(e) = deleted {
+                tracing::warn!(thread = %slot.thread_id, error = %e, "could not delete a stateless run's thread");
+            }
+            let _ = state.inner.saver.flush().await;
+            drop(guard);
+        }
+    }
+    slot.finish(status, result);
+}
+
+fn located(mut resp: Response, slot: &RunSlot) -> Response {
+    let loc = format!("/threads/{}/runs/{}", slot.thread_id, slot.run_id);
+    if let Ok(v) = HeaderValue::from_str(&loc) {
+        resp.headers_mut().insert(header::CONTENT_LOCATION, v);
+    }
+    resp
+}
+
+/// `POST /threads/{id}/runs` with `assistant_id`: a background run; answers the run.
+pub(crate) async fn create_on_thread(
+    state: AppState,
+    thread: String,
+    body: Value,
+) -> Result<Response, ApiError> {
+    let a = admit(&state, thread, parse_body(body)?, false).await?;
+    Ok(located(Json(a.slot.view()).into_response(), &a.slot))
+}
+
+/// `POST /runs`: a background run on a new thread.
+pub(crate) async fn create_stateless(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let a = admit(
+        &state,
+        uuid::Uuid::now_v7().to_string(),
+        parse_body(body)?,
+        true,
+    )
+    .await?;
+    Ok(located(Json(a.slot.view()).into_response(), &a.slot))
+}
+
+async fn wait_response(a: Admitted) -> Response {
+    let result = a.slot.finished().await;
+    located(Json(result).into_response(), &a.slot)
+}
+
+/// `POST /threads/{id}/runs/wait`: runs and answers the final values (with `__interrupt__`
+/// when the run stopped at one, `__error__` when it failed).
+pub(crate) async fn wait_on_thread(
+    State(state): State<AppState>,
+    Path(thread): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let a = admit(&state, thread, parse_body(body)?, false).await?;
+    Ok(wait_response(a).await)
+}
+
+/// `POST /runs/wait`: the same on a new thread, deleted afterwards unless
+/// `on_completion: keep`.
+pub(crate) async fn wait_stateless(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let a = admit(
+        &state,
+        uuid::Uuid::now_v7().to_string(),
+        parse_body(body)?,
+        true,
+    )
+    .await?;
+    Ok(wait_response(a).await)
+}
+
+/// Cancels the run when the client goes away before it finished, for `on_disconnect: cancel`.
+struct DisconnectGuard {
+    slot: Arc<RunSlot>,
+    cancel: bool,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        if self.cancel && !self.slot.is_finished() {
+            tracing::info!(run = %self.slot.run_id, "client went away; cancelling its run");
+            self.slot.request_cancel();
+        }
+    }
+}
+
+/// The slot's events from `from` on, in `modes`, as SSE, until the run finishes.
+fn sse(
+    state: &AppState,
+    slot: Arc<RunSlot>,
+    from: usize,
+    modes: Vec<String>,
+    subgraphs: bool,
+    cancel_on_disconnect: bool,
+) -> Response {
+    let guard = DisconnectGuard {
+        slot: slot.clone(),
+        cancel: cancel_on_disconnect,
+    };
+    let rx = slot.changed.subscribe();
+    let closing = state.inner.closing.subscribe();
+    let stream = futures::stream::unfold(
+        (
+            slot,
+            rx,
+            from,
+            closing,
+            guard,
+            VecDeque::<Event>::new(),
+            false,
+        ),
+        move |(slot, mut rx, mut next, mut closing, guard, mut queue, mut done)| {
+            let modes = modes.clone();
+            async move {
+                loop {
+                    if let Some(ev) = queue.pop_front() {
+                        return Some((
+                            Ok::<_, Infallible>(ev),
+                            (slot, rx, next, closing, guard, queue, done),
+                        ));
+                    }
+                    if done {
+                        return None;
+                    }
+                    let (start, items, finished) = slot.events_from(next);
+                    next = start + items.len();
+                    for (k, it) in items.iter().enumerate() {
+                        if it.wanted(&modes, subgraphs) {
+                            queue.push_back(
+                                Event::default()
+                                    .event(it.name())
+                                    .id((start + k).to_string())
+                                    .data(&it.data),
+                            );
+                        }
+                    }
+                    if finished {
+                        done = true;
+                        continue;
+                    }
+                    if !queue.is_empty() {
+                        continue;
+                    }
+                    tokio::select! {
+                        r = rx.changed() => if r.is_err() { done = true; },
+                        _ = closing.wait_for(|c| *c) => { done = true; },
+                    }
+                }
+            }
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+async fn stream_response(state: &AppState, a: Admitted) -> Response {
+    let modes = a.slot.modes.clone();
+    let subgraphs = a.slot.subgraphs;
+    let slot = a.slot.clone();
+    located(
+        sse(state, a.slot, 0, modes, subgraphs, a.on_disconnect_cancel),
+        &slot,
+    )
+}
+
+/// `POST /threads/{id}/runs/stream`.
+pub(crate) async fn stream_on_thread(
+    State(state): State<AppState>,
+    Path(thread): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let a = admit(&state, thread, parse_body(body)?, false).await?;
+    Ok(stream_response(&state, a).await)
+}
+
+/// `POST /runs/stream`: streamed on a new thread, deleted afterwards unless
+/// `on_completion: keep`.
+pub(crate) async fn stream_stateless(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let a = admit(
+        &state,
+        uuid::Uuid::now_v7().to_string(),
+        parse_body(body)?,
+        true,
+    )
+    .await?;
+    Ok(stream_response(&state, a).await)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ListQuery {
+    limit: Option<i64>,
+    offset: Option<i64>,
+    status: Option<String>,
+}
+
+/// `GET /threads/{id}/runs`: the thread's runs on this server, newest first.
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Path(thread): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    load_thread(&state, &thread).await?;
+    let (limit, offset) = super::page(q.limit, q.offset)?;
+    let runs: Vec<Value> = state
+        .runs_of(&thread)
+        .iter()
+        .rev()
+        .filter(|r| q.status.as_deref().is_none_or(|s| r.status() == s))
+        .skip(offset)
+        .take(limit)
+        .map(|r| r.view())
+        .collect();
+    Ok(Json(Value::Array(runs)))
+}
+
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Path((thread, run)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.find_run(&thread, &run)?.view()))
+}
+
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Path((thread, run)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let slot = state.find_run(&thread, &run)?;
+    if !slot.is_finished() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_in_progress",
+            format!("run `{run}` is still in progress; cancel it first"),
+        ));
+    }
+    lock(&state.inner.agent_runs.runs).retain(|r| r.run_id != run);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /threads/{id}/runs/{run}/join`: waits for the run and answers its result.
+pub(crate) async fn join(
+    State(state): State<AppState>,
+    Path((thread, run)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let slot = state.find_run(&thread, &run)?;
+    Ok(Json(slot.finished().await))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct JoinQuery {
+    #[serde(default)]
+    stream_mode: Option<String>,
+    #[serde(default)]
+    cancel_on_disconnect: Option<String>,
+}
+
+/// `GET /threads/{id}/runs/{run}/stream`: the run's events (from after `Last-Event-ID` when
+/// given), in its own stream modes or the ones asked for.
+pub(crate) async fn join_stream(
+    State(state): State<AppState>,
+    Path((thread, run)): Path<(String, String)>,
+    Query(q): Query<JoinQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let slot = state.find_run(&thread, &run)?;
+    let from = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(0, |n| n + 1);
+    let modes = match q.stream_mode.as_deref() {
+        Some(m) if !m.is_empty() => m.split(',').map(str::to_string).collect(),
+        _ => slot.modes.clone(),
+    };
+    let cancel = matches!(q.cancel_on_disconnect.as_deref(), Some("true" | "1"));
+    let subgraphs = slot.subgraphs;
+    Ok(sse(&state, slot, from, modes, subgraphs, cancel))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CancelQuery {
+    #[serde(default)]
+    wait: Option<String>,
+    #[serde(default)]
+    action: Option<String>,
+}
+
+/// `POST /threads/{id}/runs/{run}/cancel`: stops the run where it is (the thread keeps its
+/// last step); `?wait=1` answers once it has stopped.
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    Path((thread, run)): Path<(String, String)>,
+    Query(q): Query<CancelQuery>,
+) -> Result<StatusCode, ApiError> {
+    if q.action.as_deref() == Some("rollback") {
+        return Err(unsupported(
+            "cancelling with `action=rollback`",
+            "checkpoints are never deleted; `interrupt` stops the run and keeps its steps",
+        ));
+    }
+    let slot = state.find_run(&thread, &run)?;
+    if !slot.is_finished() {
+        slot.request_cancel();
+    }
+    if matches!(q.wait.as_deref(), Some("1" | "true")) {
+        slot.finished().await;
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CancelManyBody {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    run_ids: Option<Vec<String>>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// `POST /runs/cancel`: cancels the runs named, or those of a thread, or every pending or
+/// running one.
+pub(crate) async fn cancel_many(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CancelManyBody>,
+) -> Result<StatusCode, ApiError> {
+    let runs: Vec<Arc<RunSlot>> = lock(&state.inner.agent_runs.runs).iter().cloned().collect();
+    for r in runs {
+        let by_thread = body.thread_id.as_deref().is_none_or(|t| r.thread_id == t);
+        let by_id = body
+            .run_ids
+            .as_ref()
+            .is_none_or(|ids| ids.contains(&r.run_id));
+        let by_status = match body.status.as_deref() {
+            None | Some("all") => true,
+            Some(s) => r.status() == s,
+        };
+        if by_thread && by_id && by_status && !r.is_finished() {
+            r.request_cancel();
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrograph::Interrupt;
+
+    fn interrupts_view(list: &[Interrupt]) -> Value {
+        Value::Array(list.iter().map(interrupt_json).collect())
+    }
+
+    #[test]
+    fn results_carry_interrupts() {
+        let o = JsonOutcome {
+            status: "interrupted",
+            state: json!({"a": 1}),
+            interrupts: vec![Interrupt {
+                id: "i".into(),
+                node: "gate".into(),
+                task_id: "t".into(),
+                value: json!("ok?").into(),
+                static_: false,
+            }],
+            checkpoint_id: "c".into(),
+            next: vec!["gate".into()],
+            thread_id: Some("th".into()),
+        };
+        let r = result_of(&o);
+        assert_eq!(r["a"], 1);
+        assert_eq!(r["__interrupt__"], interrupts_view(&o.interrupts));
+    }
+}
