@@ -65,6 +65,10 @@ try {
   await page.locator("#thread-rows [data-status=interrupted]").first().waitFor();
   await page.locator("#events li[data-kind=interrupt]").first().waitFor();
   await page.locator("#ev-state", { hasText: "live" }).waitFor();
+  // The graph: the waiting node highlighted as current, the path to it as taken.
+  await page.locator('#d-graph g.node.current[data-node="human_review"]').waitFor();
+  await page.locator('#d-graph g.node.visited[data-node="draft"]').waitFor();
+  await page.locator('#d-graph path.taken[data-source="draft"][data-target="human_review"]').waitFor({ state: "attached" });
   await page.screenshot({ path: path.join(shots, `ferrograph-console${tag}-interrupt.png`), fullPage: true });
 
   // Approve: the run resumes and the thread reaches done.
@@ -78,6 +82,8 @@ try {
     throw new Error("unexpected final state: " + stateText);
   }
   await page.locator("#history-rows tr").nth(3).waitFor();
+  await page.locator('#d-graph g.node.visited[data-node="publish"]').waitFor();
+  if (await page.locator("#d-graph g.node.current").count() !== 0) throw new Error("a finished thread shows a current node");
   await page.locator("#thread-rows [data-status=done]").first().waitFor();
   const shot = path.join(shots, `ferrograph-console${tag}.png`);
   await page.screenshot({ path: shot, fullPage: true });

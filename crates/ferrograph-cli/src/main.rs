@@ -115,6 +115,18 @@ enum Command {
     },
     /// Lists the workflows this binary can run.
     Workflows,
+    /// Draws a workflow's graph: Mermaid (the default), SVG, or LangGraph's graph JSON. With
+    /// `--thread`, the path that thread took and the node it is at are highlighted.
+    Graph {
+        /// Workflow name (see `ferrograph workflows`).
+        workflow: String,
+        /// `mermaid`, `svg` or `json`.
+        #[arg(long, default_value = "mermaid")]
+        format: String,
+        /// Highlight this thread's path and current node.
+        #[arg(long)]
+        thread: Option<String>,
+    },
     /// Prints the effective configuration (flags, FERROGRAPH_* variables, file, defaults).
     Config,
     /// Threads: list, show, history, fork, remove.
@@ -457,6 +469,49 @@ enum BenchCommand {
 }
 
 /// Everything a command needs: the configuration, the database and the workflows.
+/// `ferrograph graph`: the workflow's picture, highlighted with a thread's path.
+async fn graph(app: &App, workflow: &str, format: &str, thread: Option<&str>) -> Result<ExitCode> {
+    use ferrograph::core::drawing::Highlight;
+    let entry = app.registry.get(workflow).with_context(|| {
+        format!(
+            "no workflow `{workflow}` (available: {})",
+            app.registry.names().join(", ")
+        )
+    })?;
+    let drawing = entry.workflow.info().drawing;
+    let highlight = match thread {
+        None => None,
+        Some(t) => {
+            let history = entry
+                .workflow
+                .history(t)
+                .await
+                .with_context(|| format!("reading the history of thread `{t}`"))?;
+            let next = history.first().map(|s| s.next.clone()).unwrap_or_default();
+            let steps: Vec<Vec<String>> = history
+                .iter()
+                .rev()
+                .map(|s| {
+                    s.writers
+                        .iter()
+                        .filter(|w| !w.starts_with("__"))
+                        .cloned()
+                        .collect()
+                })
+                .collect();
+            Some(Highlight::from_steps(&drawing, &steps, &next))
+        }
+    };
+    let text = match format {
+        "mermaid" => drawing.to_mermaid(highlight.as_ref()),
+        "svg" => drawing.to_svg(highlight.as_ref()),
+        "json" => serde_json::to_string_pretty(&drawing.to_langgraph_json())?,
+        other => anyhow::bail!("--format is mermaid, svg or json, not `{other}`"),
+    };
+    print::line(text.trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
 struct App {
     config: Config,
     runtime: Runtime,
@@ -1393,6 +1448,11 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Graph {
+            workflow,
+            format,
+            thread,
+        } => graph(&app, &workflow, &format, thread.as_deref()).await,
         Command::Threads { what } => threads(&app, what).await,
         Command::Config => {
             let c = &app.config;
@@ -1434,7 +1494,14 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 ),
                 None => None,
             };
+            let store_dir = app.config.data_dir.join("store");
+            let (store, _) = ferrograph_store::SledStore::open(
+                &store_dir,
+                ferrograph_store::StoreOptions::default(),
+            )
+            .with_context(|| format!("opening the long-term store {}", store_dir.display()))?;
             let options = ferrograph_server::ServeOptions {
+                store: Some(Arc::new(ferrograph_store::StoreHandle::new(store))),
                 bind,
                 token,
                 max_body_bytes,

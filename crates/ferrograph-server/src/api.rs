@@ -80,6 +80,8 @@ fn agent_routes() -> Router<AppState> {
             "/assistants/{id}/latest",
             post(agent::assistants::set_latest),
         )
+        .route("/workflows/{name}/graph", get(workflow_graph))
+        .route("/threads/{id}/graph", get(thread_graph))
         .route("/threads/search", post(agent::threads::search))
         .route("/threads/count", post(agent::threads::count))
         .route("/threads/{id}/copy", post(agent::threads::copy))
@@ -347,6 +349,68 @@ async fn workflows(State(state): State<AppState>) -> Json<Value> {
         })
         .collect();
     Json(json!({ "workflows": list }))
+}
+
+#[derive(Deserialize)]
+struct GraphQuery {
+    format: Option<String>,
+}
+
+/// A picture in the format asked for: `svg` (the default), `mermaid` or `json` (LangGraph's).
+fn picture(
+    drawing: &ferrograph::core::drawing::GraphDrawing,
+    highlight: Option<&ferrograph::core::drawing::Highlight>,
+    format: Option<&str>,
+) -> Result<Response, ApiError> {
+    let typed = |ct: &'static str, body: String| {
+        ([(header::CONTENT_TYPE, HeaderValue::from_static(ct))], body).into_response()
+    };
+    Ok(match format.unwrap_or("svg") {
+        "svg" => typed("image/svg+xml", drawing.to_svg(highlight)),
+        "mermaid" => typed("text/plain; charset=utf-8", drawing.to_mermaid(highlight)),
+        "json" => Json(drawing.to_langgraph_json()).into_response(),
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                format!("format is svg, mermaid or json, not `{other}`"),
+            ))
+        }
+    })
+}
+
+/// `GET /workflows/{name}/graph?format=svg|mermaid|json`: the workflow's graph.
+async fn workflow_graph(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<GraphQuery>,
+) -> Result<Response, ApiError> {
+    let entry = state.inner.registry.get(&name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "workflow_not_found",
+            format!("no workflow `{name}`"),
+        )
+    })?;
+    picture(&entry.workflow.info().drawing, None, q.format.as_deref())
+}
+
+/// `GET /threads/{id}/graph?format=svg|mermaid|json`: the thread's graph with the path taken
+/// and the node that runs (or waits) now highlighted.
+async fn thread_graph(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<GraphQuery>,
+) -> Result<Response, ApiError> {
+    let info = load_thread(&state, &id).await?;
+    let entry = entry_of(&state, &info)?;
+    let drawing = entry.workflow.info().drawing;
+    let (steps, mut next) = agent::threads::path_of(&state, &info).await?;
+    if let Some(running) = state.running_nodes(&id) {
+        next = running;
+    }
+    let h = ferrograph::core::drawing::Highlight::from_steps(&drawing, &steps, &next);
+    picture(&drawing, Some(&h), q.format.as_deref())
 }
 
 #[derive(Deserialize)]

@@ -81,6 +81,10 @@ pub struct ServeOptions {
     pub allowed_origins: Vec<String>,
     /// Header-read and idle timeouts and the connection cap.
     pub limits: ConnectionLimits,
+    /// The long-term store served at `/store` (the Agent Server API's), which also keeps
+    /// the assistants created through the API; without one those routes answer 503 and
+    /// created assistants live in memory.
+    pub store: Option<Arc<dyn Store>>,
 }
 
 impl Default for ServeOptions {
@@ -94,6 +98,7 @@ impl Default for ServeOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             limits: ConnectionLimits::default(),
+            store: None,
         }
     }
 }
@@ -138,6 +143,8 @@ pub(crate) struct Inner {
     pub(crate) reconciled: Mutex<HashSet<String>>,
     /// Flips to true when the server shuts down, ending open event streams.
     pub(crate) closing: watch::Sender<bool>,
+    /// Nodes running now, by thread (for the graph's highlight).
+    pub(crate) running: Mutex<HashMap<String, Vec<String>>>,
     /// The long-term store (the Agent Server API's `/store` routes and created assistants).
     pub(crate) store: Option<Arc<dyn Store>>,
     /// Assistants created through the API.
@@ -172,6 +179,7 @@ impl AppState {
                 active: Mutex::new(HashSet::new()),
                 reconciled: Mutex::new(HashSet::new()),
                 closing,
+                running: Mutex::new(HashMap::new()),
                 store: None,
                 assistants: agent::assistants::AssistantTable::default(),
                 agent_runs: agent::runs::RunTable::default(),
@@ -355,10 +363,13 @@ pub async fn serve(
         allowed_hosts: options.allowed_hosts.clone(),
         allowed_origins: options.allowed_origins.clone(),
     };
-    let state = AppState::new(registry, saver, token)
+    let mut state = AppState::new(registry, saver, token)
         .with_max_body_bytes(options.max_body_bytes)
         .with_access(access)
         .with_connection_limits(options.limits);
+    if let Some(store) = options.store {
+        state = state.with_store(store);
+    }
     let listener = tokio::net::TcpListener::bind(options.bind).await?;
     serve_on(listener, state, shutdown).await
 }

@@ -44,6 +44,32 @@ impl AppState {
         })
     }
 
+    /// Follows which nodes of a thread's run are running now (for its graph's highlight).
+    fn track_node(&self, thread: &str, kind: &str, data: &Value) {
+        let Some(node) = data.get("node").and_then(Value::as_str) else {
+            return;
+        };
+        let mut running = lock(&self.inner.running);
+        let nodes = running.entry(thread.to_string()).or_default();
+        match kind {
+            "task_start" => nodes.push(node.to_string()),
+            "task_end" => {
+                if let Some(i) = nodes.iter().position(|n| n == node) {
+                    nodes.remove(i);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The nodes running now on `thread`, while a run of this server is on it.
+    pub(crate) fn running_nodes(&self, thread: &str) -> Option<Vec<String>> {
+        lock(&self.inner.running)
+            .get(thread)
+            .filter(|n| !n.is_empty())
+            .cloned()
+    }
+
     /// Whether a run is in progress on `thread`.
     pub(crate) fn is_active(&self, thread: &str) -> bool {
         lock(&self.inner.active).contains(thread)
@@ -260,6 +286,9 @@ async fn drive(
     let mut tracker = RunTracker::default();
     while let Some(ev) = run.next_event().await {
         tracker.observe(ev.kind, &ev.data);
+        if ev.namespace.is_empty() {
+            state.track_node(thread, ev.kind, &ev.data);
+        }
         let le = Arc::new(LiveEvent {
             kind: ev.kind.to_string(),
             data: serde_json::to_string(&ev).unwrap_or_else(|_| "{}".to_string()),
@@ -290,6 +319,7 @@ async fn drive(
         .inner
         .metrics
         .record_run(&info.graph, status, tracker, started.elapsed());
+    lock(&state.inner.running).remove(thread);
     // Free the thread before anyone hears that the run ended, so that a client reacting to the
     // end (a console resuming the next interrupt) is not refused as busy.
     drop(guard);

@@ -504,3 +504,33 @@ pub(crate) struct UpdateBody {
     #[serde(default)]
     pub(crate) checkpoint: Value,
 }
+
+/// The highlight of a thread's path: the nodes of each superstep (the writers of its
+/// checkpoints, oldest first) and the nodes planned next.
+pub(crate) async fn path_of(
+    state: &AppState,
+    info: &ThreadInfo,
+) -> Result<(Vec<Vec<String>>, Vec<String>), ApiError> {
+    if info.graph.is_empty() || info.last_checkpoint_id.is_none() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let wf = workflow_of(state, info)?;
+    let list = match wf.history(&info.thread_id).await {
+        Ok(l) => l,
+        Err(ferrograph::RunError::ThreadNotFound(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let next = list.first().map(|s| s.next.clone()).unwrap_or_default();
+    let steps: Vec<Vec<String>> = list
+        .iter()
+        .rev()
+        .map(|s| {
+            s.writers
+                .iter()
+                .filter(|w| !w.starts_with("__"))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    Ok((steps, next))
+}

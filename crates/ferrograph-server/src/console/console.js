@@ -168,6 +168,7 @@ async function refreshDetail() {
   catch (e) { $("d-meta").textContent = e.message; return; }
   if (id !== state.selected) return;
   renderThread(t);
+  refreshGraph(id);
   try {
     const [snap, hist] = await Promise.all([
       api("GET", "/threads/" + encodeURIComponent(id) + "/state"),
@@ -180,6 +181,22 @@ async function refreshDetail() {
       el("td", { class: "mono" }, h.writers.join(", ")), el("td", { class: "mono" }, h.next.join(", ")),
       el("td", { class: "muted small" }, ago(h.created_at_ms)))));
   } catch (e) { $("d-state").textContent = e.message; }
+}
+
+// The thread's graph as inline SVG (the server draws it with the node that runs or waits now
+// and the path taken highlighted); parsed as SVG, never as HTML.
+async function refreshGraph(id) {
+  try {
+    const resp = await fetch("/threads/" + encodeURIComponent(id) + "/graph?format=svg", { headers: headers(false) });
+    if (!resp.ok || id !== state.selected) return;
+    // The picture's own <style> is for the file on its own; here console.css styles it (the
+    // page's Content-Security-Policy allows no inline styles, parsed ones included).
+    const text = (await resp.text()).replace(/<style>[\s\S]*?<\/style>/g, "");
+    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+    const svg = doc.documentElement;
+    if (svg.nodeName !== "svg") return;
+    $("d-graph").replaceChildren(document.importNode(svg, true));
+  } catch (_) { /* the picture is optional */ }
 }
 
 function renderThread(t) {
@@ -351,6 +368,7 @@ function addEvent(kind, text) {
   list.append(el("li", { "data-kind": kind }, el("span", { class: "kind kind-" + kind }, kind), el("span", { class: "body" }, body)));
   while (list.childElementCount > 300) list.firstElementChild.remove();
   list.scrollTop = list.scrollHeight;
+  if (kind === "task_start") refreshGraph(state.selected);
   if (kind === "end" || kind === "error" || kind === "interrupt") { refreshDetail(); refreshThreads(); }
 }
 
