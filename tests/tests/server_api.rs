@@ -467,7 +467,7 @@ async fn review_loop_and_every_thread_route() {
     let r = http.get("/threads?status=idle").await.json();
     assert_eq!(r["total"], 2);
     let r = http.get("/threads/review-1/state").await.json();
-    assert_eq!(r["values"], Value::Null);
+    assert_eq!(r["values"], json!({}));
     assert_eq!(
         http.get("/threads/review-1/history").await.json(),
         json!({"history": []})

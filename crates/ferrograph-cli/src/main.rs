@@ -57,6 +57,7 @@ struct Cli {
 fn hoist_run_flags(command: &mut Command) {
     if let Command::Run {
         stream,
+        json,
         quiet,
         args,
         ..
@@ -69,6 +70,10 @@ fn hoist_run_flags(command: &mut Command) {
             }
             "--stream" => {
                 *stream = true;
+                false
+            }
+            "--json" => {
+                *json = true;
                 false
             }
             _ => true,
@@ -88,9 +93,15 @@ enum Command {
         /// Thread id (default: a new one).
         #[arg(long)]
         thread: Option<String>,
-        /// Print events as they happen (machine-readable lines on standard output).
+        /// Print events as they happen, one line each (model tokens on lines of their own,
+        /// prefixed by the node that writes them).
         #[arg(long)]
         stream: bool,
+        /// Print events and the outcome as JSON Lines on standard output, for programs: one
+        /// object per line (`{"kind", "namespace", "data"}`, then `{"kind": "outcome", …}` or
+        /// `{"kind": "error", …}`), nothing else.
+        #[arg(long)]
+        json: bool,
         /// No progress display on standard error.
         #[arg(long, short)]
         quiet: bool,
@@ -314,6 +325,9 @@ struct ResumeArgs {
     /// Print events as they happen.
     #[arg(long)]
     stream: bool,
+    /// Print events and the outcome as JSON Lines (see `run --json`).
+    #[arg(long)]
+    json: bool,
     /// No progress display on standard error.
     #[arg(long, short)]
     quiet: bool,
@@ -584,14 +598,17 @@ impl App {
         workflow: &str,
         input: JsonInput,
         thread: &str,
-        stream: bool,
-        quiet: bool,
+        out: Output,
     ) -> Result<ExitCode> {
         let entry = self.entry(workflow)?;
-        let mut progress = (!quiet).then(progress::Progress::new);
+        let mut progress = (!out.quiet).then(progress::Progress::new);
+        let streaming = out.stream || out.json;
         let mut run = entry
             .workflow
-            .start(input, self.run_config(thread, stream || progress.is_some()))
+            .start(
+                input,
+                self.run_config(thread, streaming || progress.is_some()),
+            )
             .await?;
         let runtime = self.runtime.clone();
         let ctrl_c = tokio::spawn(async move {
@@ -601,7 +618,9 @@ impl App {
             }
         });
         while let Some(ev) = run.next_event().await {
-            if stream {
+            if out.json {
+                print::json_line(&ev);
+            } else if out.stream {
                 print::event(&ev);
             }
             if let Some(p) = progress.as_mut() {
@@ -616,16 +635,36 @@ impl App {
         self.saver.flush().await?;
         Ok(match outcome {
             Ok(o) => {
-                print::outcome(&o, workflow);
+                if out.json {
+                    let mut v = serde_json::to_value(&o)?;
+                    v["kind"] = json!("outcome");
+                    print::line(serde_json::to_string(&v)?);
+                } else {
+                    print::outcome(&o, workflow);
+                }
                 exit_code(&o)
             }
             Err(e) => {
+                if out.json {
+                    print::line(
+                        json!({ "kind": "error", "message": e.to_string(), "thread_id": thread }),
+                    );
+                }
                 eprintln!("error: {e}");
                 eprintln!("the thread keeps its last checkpoint; continue with: ferrograph resume {thread}");
                 ExitCode::from(1)
             }
         })
     }
+}
+
+/// How a run prints: events as lines (`--stream`), JSON Lines (`--json`), with or without
+/// the progress display on standard error.
+#[derive(Clone, Copy, Debug)]
+struct Output {
+    stream: bool,
+    json: bool,
+    quiet: bool,
 }
 
 fn exit_code(o: &JsonOutcome) -> ExitCode {
@@ -1398,6 +1437,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             input,
             thread,
             stream,
+            json,
             quiet,
             args,
         } => {
@@ -1419,8 +1459,15 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             let thread = thread.unwrap_or_else(|| {
                 format!("{workflow}-{}", &ferrograph::core::id::random_id()[..12])
             });
-            print::line(format!("running {workflow} on thread {thread}"));
-            app.execute(&workflow, JsonInput::Update(input), &thread, stream, quiet)
+            let out = Output {
+                stream,
+                json,
+                quiet,
+            };
+            if !json {
+                print::line(format!("running {workflow} on thread {thread}"));
+            }
+            app.execute(&workflow, JsonInput::Update(input), &thread, out)
                 .await
         }
         Command::Resume(args) => {
@@ -1434,8 +1481,12 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 (Some(v), None) => JsonInput::Resume(Resume::value(v)),
                 (Some(v), Some(id)) => JsonInput::Resume(Resume::by_id([(id, v)])),
             };
-            app.execute(&info.graph, input, &args.thread, args.stream, args.quiet)
-                .await
+            let out = Output {
+                stream: args.stream,
+                json: args.json,
+                quiet: args.quiet,
+            };
+            app.execute(&info.graph, input, &args.thread, out).await
         }
         Command::Chat {
             workflow,

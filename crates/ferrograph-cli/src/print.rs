@@ -4,12 +4,75 @@ use ferrograph::runtime::{JsonEvent, JsonOutcome};
 use serde_json::Value;
 use std::io::Write;
 
-/// Writes a line to standard output; a closed pipe ends the program quietly.
+/// The node whose model tokens are being printed on the current line, if one is open.
+static TOKEN_LINE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn token_line() -> std::sync::MutexGuard<'static, Option<String>> {
+    TOKEN_LINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Writes a line to standard output (ending an open line of model tokens first, so that an
+/// event never shares a line with them); a closed pipe ends the program quietly.
 pub fn line(text: impl std::fmt::Display) {
+    let mut open = token_line();
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "{text}").is_err() {
+    if write_line(&mut out, &mut open, &text).is_err() {
         std::process::exit(0);
     }
+}
+
+fn write_line(
+    out: &mut impl Write,
+    open: &mut Option<String>,
+    text: &impl std::fmt::Display,
+) -> std::io::Result<()> {
+    if open.take().is_some() {
+        writeln!(out)?;
+    }
+    writeln!(out, "{text}")
+}
+
+/// Prints one event as a JSON line (`--json`).
+pub fn json_line(ev: &JsonEvent) {
+    line(serde_json::to_string(ev).unwrap_or_else(|_| "{}".to_string()));
+}
+
+/// Prints a model token: on a line of its own that names the node (`  node ✎ text…`), each
+/// newline in the text starting another such line, so a reader can tell tokens from events.
+fn token(namespace: &str, node: &str, text: &str) {
+    let mut open = token_line();
+    let mut out = std::io::stdout().lock();
+    if write_token(&mut out, &mut open, namespace, node, text)
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}
+
+fn write_token(
+    out: &mut impl Write,
+    open: &mut Option<String>,
+    namespace: &str,
+    node: &str,
+    text: &str,
+) -> std::io::Result<()> {
+    let prefix = format!("  {}{node} ✎ ", ns(namespace));
+    if open.as_deref() != Some(prefix.as_str()) {
+        if open.is_some() {
+            writeln!(out)?;
+        }
+        write!(out, "{prefix}")?;
+        *open = Some(prefix.clone());
+    }
+    let mut parts = text.split('\n');
+    if let Some(first) = parts.next() {
+        write!(out, "{first}")?;
+    }
+    for part in parts {
+        write!(out, "\n{prefix}{part}")?;
+    }
+    Ok(())
 }
 
 fn ns(n: &str) -> String {
@@ -74,11 +137,7 @@ pub fn event(ev: &JsonEvent) {
             s("node"),
             d.get("event").cloned().unwrap_or(Value::Null)
         )),
-        "token" => {
-            let mut out = std::io::stdout().lock();
-            let _ = write!(out, "{}", s("text"));
-            let _ = out.flush();
-        }
+        "token" => token(&ev.namespace, &s("node"), &s("text")),
         _ => {}
     }
 }
@@ -237,5 +296,28 @@ pub fn outcome(o: &JsonOutcome, workflow: &str) {
         other => line(format!(
             "\n■ {workflow} stopped ({other}); continue with: ferrograph resume {thread}"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn tokens_never_share_a_line_with_events() {
+        let mut out = Vec::new();
+        let mut open = None;
+        write_token(&mut out, &mut open, "", "writer", "Hel").unwrap();
+        write_token(&mut out, &mut open, "", "writer", "lo\nworld").unwrap();
+        write_line(&mut out, &mut open, &"  step  3  ✔ writer in 2.00 ms").unwrap();
+        write_token(&mut out, &mut open, "", "critic", "ok").unwrap();
+        write_token(&mut out, &mut open, "sub:1", "writer", "x").unwrap();
+        write_line(&mut out, &mut open, &"{\"kind\":\"end\"}").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "  writer ✎ Hello\n  writer ✎ world\n  step  3  ✔ writer in 2.00 ms\n  critic ✎ ok\n  [sub:1] writer ✎ x\n{\"kind\":\"end\"}\n"
+        );
     }
 }

@@ -401,3 +401,63 @@ fn encrypted_checkpoints_hold_no_plaintext_and_a_wrong_key_is_refused() {
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("64 hexadecimal digits"));
 }
+
+#[test]
+fn json_lines_are_all_json_and_end_with_the_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    // `--json` after the workflow name, as the README writes it.
+    let out = ferrograph(dir.path(), &["run", "review", "--json", "--thread", "j1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let text = stdout(&out);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .map_err(|e| format!("not JSON ({e}): {l}"))
+                .unwrap()
+        })
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"task_start"), "{kinds:?}");
+    assert!(kinds.contains(&"interrupt"), "{kinds:?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["kind"], "outcome");
+    assert_eq!(last["status"], "interrupted");
+    assert_eq!(last["interrupts"][0]["value"]["kind"], "review");
+
+    // Resuming in JSON: the outcome is done.
+    let out = ferrograph(dir.path(), &["resume", "j1", "--approve", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let last: serde_json::Value =
+        serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["kind"].as_str(), last["status"].as_str()),
+        (Some("outcome"), Some("done"))
+    );
+    assert_eq!(last["state"]["published"], true);
+
+    // `--stream` after the workflow name streams too.
+    let out = ferrograph(dir.path(), &["run", "demo", "--stream"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("▶ classify"), "{}", stdout(&out));
+}
+
+#[test]
+fn graph_draws_the_workflow_and_a_threads_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ferrograph(dir.path(), &["graph", "review", "--format", "svg"]);
+    assert_eq!(out.status.code(), Some(0));
+    let svg = stdout(&out);
+    assert!(
+        svg.starts_with("<svg") && svg.contains(r#"data-node="human_review""#),
+        "{svg}"
+    );
+    let out = ferrograph(dir.path(), &["run", "review", "--thread", "g1", "-q"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = ferrograph(dir.path(), &["graph", "review", "--thread", "g1"]);
+    let m = stdout(&out);
+    assert!(m.contains("class human_review current"), "{m}");
+    assert!(m.contains("class draft visited"), "{m}");
+    let out = ferrograph(dir.path(), &["graph", "nope"]);
+    assert_ne!(out.status.code(), Some(0));
+}

@@ -429,9 +429,16 @@ async fn create_thread(
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
     if body.get("workflow").is_none_or(Value::is_null) {
-        return Ok(crate::agent::threads::create(&state, body)
-            .await?
-            .into_response());
+        let created = crate::agent::threads::create(&state, body).await?;
+        let id = created["thread_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut resp = (StatusCode::CREATED, created).into_response();
+        if let Ok(loc) = HeaderValue::from_str(&format!("/threads/{id}")) {
+            resp.headers_mut().insert(header::LOCATION, loc);
+        }
+        return Ok(resp);
     }
     let body: CreateThread = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid_body(format!("not a thread to create: {e}")))?;

@@ -394,7 +394,7 @@ pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
                     "type": "object",
                     "required": ["values", "next", "checkpoint_id", "step", "writers", "interrupts"],
                     "properties": {
-                        "values": { "description": "The state (null before the first run).", "nullable": true },
+                        "values": { "description": "The state ({} before the first run).", "nullable": true },
                         "next": { "type": "array", "items": { "type": "string" } },
                         "checkpoint_id": { "type": "string", "nullable": true },
                         "parent_id": { "type": "string", "nullable": true },
