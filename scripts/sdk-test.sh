@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # LangGraph's official clients, unpatched, against our server: the Python `langgraph-sdk`
 # (PyPI, pinned, into target/sdk-venv) and the JavaScript `@langchain/langgraph-sdk` (npm,
-# pinned by tests/sdk/js/package-lock.json) each run their script (tests/sdk/) against a test
-# server started here (the server crate's console_server example: the built-in workflows over
-# sled, with a long-term store). Idempotent; needs python3 with venv, node and npm.
+# pinned by tests/sdk/js/package-lock.json) each run their script (tests/sdk/) against
+# `ferrograph serve` started here on a fresh data folder (every built-in workflow; triage on
+# the real SmolLM2 over the fixture repository). Idempotent; needs python3 with venv, node,
+# npm and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SDK_VERSION="0.4.14"
+# The Prometheus project's Python client: its OpenMetrics parser checks our /metrics.
+PROM_VERSION="0.21.1"
 target_dir="${CARGO_TARGET_DIR:-target}"
 venv="$target_dir/sdk-venv"
 if [ ! -x "$venv/bin/python" ] \
@@ -16,19 +19,26 @@ if [ ! -x "$venv/bin/python" ] \
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "langgraph-sdk==$SDK_VERSION"
 fi
+if [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null)" != "$PROM_VERSION" ]; then
+    "$venv/bin/pip" install -q --disable-pip-version-check "prometheus-client==$PROM_VERSION"
+fi
 if [ ! -f tests/sdk/js/node_modules/@langchain/langgraph-sdk/package.json ] \
     || [ tests/sdk/js/package-lock.json -nt tests/sdk/js/node_modules/.package-lock.json ]; then
     echo "== npm ci (tests/sdk/js)"
     (cd tests/sdk/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-echo "== building the test server"
-cargo build -q -p ferrograph-server --example console_server
-bin="$target_dir/debug/examples/console_server"
+echo "== building ferrograph"
+cargo build -q -p ferrograph-cli
+bin="$target_dir/debug/ferrograph"
+# The triage run uses the real SmolLM2 (fetched into models/, sha256-checked).
+bash scripts/fetch-models.sh >/dev/null
 
 work="$(mktemp -d /tmp/ferrograph-sdk.XXXXXX)"
 log="$work/server.log"
-"$bin" --port 0 --data-dir "$work/data" >"$log" 2>&1 &
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+fixture="$(pwd)/tests/fixtures/triage"
+FERROGRAPH_DATA_DIR="$work/data" "$bin" serve --bind "127.0.0.1:$port" --workspace "$fixture" >"$log" 2>&1 &
 pid=$!
 cleanup() {
     kill "$pid" 2>/dev/null || true
@@ -36,24 +46,45 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-url=""
-for _ in $(seq 1 300); do
-    url="$(sed -n 's/^listening on //p' "$log" | head -n1)"
-    [ -n "$url" ] && break
+url="http://127.0.0.1:$port"
+for _ in $(seq 1 600); do
+    curl -sf "$url/healthz" >/dev/null 2>&1 && break
     if ! kill -0 "$pid" 2>/dev/null; then
-        echo "the test server exited:" >&2
+        echo "ferrograph serve exited:" >&2
         cat "$log" >&2
         exit 1
     fi
     sleep 0.1
 done
-if [ -z "$url" ]; then
-    echo "the test server did not start:" >&2
-    cat "$log" >&2
-    exit 1
-fi
+curl -sf "$url/healthz" >/dev/null || { echo "ferrograph serve did not start:" >&2; cat "$log" >&2; exit 1; }
 
-echo "== langgraph-sdk (Python) against $url"
-"$venv/bin/python" tests/sdk/client.py "$url"
-echo "== @langchain/langgraph-sdk (JavaScript) against $url"
-(cd tests/sdk/js && node client.mjs "$url")
+# Triage's input, from the fixture issue (the same fields `ferrograph run triage --issue …`
+# makes); its output folder is taken from the server's data folder.
+python3 - "$fixture" >"$work/triage.json" <<'PY'
+import json, sys
+root = sys.argv[1]
+lines = open(f"{root}/issue.md").read().strip().splitlines()
+title = lines[0].lstrip("#").strip()
+print(json.dumps({"issue_title": title, "issue_body": "\n".join(lines[1:]).strip(),
+                  "repository": f"{root}/repo", "docs_dir": f"{root}/docs"}))
+PY
+
+echo "== langgraph-sdk (Python) against ferrograph serve at $url"
+"$venv/bin/python" tests/sdk/client.py "$url" --triage "$work/triage.json"
+echo "== @langchain/langgraph-sdk (JavaScript) against ferrograph serve at $url"
+(cd tests/sdk/js && node client.mjs "$url" --triage "$work/triage.json")
+
+echo "== /metrics after those runs, through the Prometheus client's OpenMetrics parser"
+curl -sf "$url/metrics" >"$work/metrics.txt"
+"$venv/bin/python" - "$work/metrics.txt" <<'PY'
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+families = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+runs = families["ferrograph_runs"]
+assert runs.type == "counter", runs.type
+done = sum(s.value for s in runs.samples if s.labels.get("status") == "done" and s.name.endswith("_total"))
+assert done >= 4, f"expected the SDK runs among the done runs, got {done}"
+assert families["ferrograph_node_duration_seconds"].type == "histogram"
+assert "ticket_pr_runs" in families and "ops_agent_planner_decisions" in families, sorted(families)
+print(f"ok: {len(families)} metric families parse as OpenMetrics; {int(done)} runs done")
+PY

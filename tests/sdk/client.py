@@ -1,15 +1,16 @@
 """LangGraph's official Python client (`langgraph-sdk`, unpatched) against `ferrograph serve`.
 
-Usage: python client.py URL [--triage]
+Usage: python client.py URL [--triage INPUT.json]
 
 Walks what a LangGraph user does: finds the graphs as assistants, creates a thread, runs
 `review` to its interrupt, reads the state and the interrupt, resumes with `Command`, streams a
 run in `values` and `updates` (the fan-out `demo`, and `triage` on the real model with
-`--triage`), reads the history, forks from a checkpoint, uses the store, and checks that
+`--triage`, whose input is in the file given), reads the history, forks from a checkpoint, uses the store, and checks that
 errors arrive as HTTP errors. Exits non-zero on the first thing that is not as LangGraph's
 server would answer.
 """
 
+import json
 import sys
 
 from langgraph_sdk import get_sync_client
@@ -24,7 +25,11 @@ def check(cond, what, detail=None):
 
 def main():
     url = sys.argv[1]
-    triage = "--triage" in sys.argv
+    triage = None
+    if "--triage" in sys.argv:
+        with open(sys.argv[sys.argv.index("--triage") + 1]) as f:
+            triage = json.load(f)
+        triage["out_dir"] = "sdk-triage-py"
     client = get_sync_client(url=url, api_key=None)
 
     # Assistants: every workflow is a graph with a default assistant.
@@ -105,14 +110,19 @@ def main():
     if triage:
         t4 = client.threads.create()
         seen = []
-        for part in client.runs.stream(t4["thread_id"], "triage", input=None, stream_mode=["values", "updates"]):
+        for part in client.runs.stream(t4["thread_id"], "triage", input=triage, stream_mode=["values", "updates"]):
             seen.append(part)
         kinds = [p.event for p in seen]
         updated = {n for p in seen if p.event == "updates" for n in p.data}
         check("error" not in kinds, "triage streamed without error", [p.data for p in seen if p.event == "error"])
         check(len(updated) >= 4, "triage's agents each sent updates", updated)
         final = [p.data for p in seen if p.event == "values"][-1]
-        check(final.get("report") or final.get("findings"), "triage's final values hold its report", list(final))
+        check(final.get("status") == "COMPLETED", "triage completed", final.get("status"))
+        files = [f["path"] for f in (final.get("codebase") or {}).get("relevant_files", [])]
+        check(any(f.endswith("ledgerlite/discounts.py") for f in files), "triage found the planted file", files)
+        report = (final.get("writer") or {}).get("report", {})
+        check(len(report.get("root_cause", "").split()) >= 5 and report.get("root_cause") != report.get("suggested_fix"),
+              "triage's report has a root cause of its own", report)
 
     # Store.
     client.store.put_item(["users", "ann"], "prefs", {"tone": "short"})

@@ -90,6 +90,26 @@ fn slow_graph() -> CompiledGraph<Slow> {
         .unwrap()
 }
 
+/// Sleeps `ms` milliseconds per run and counts its naps (for cancellation and multitasking).
+#[derive(State, Clone, Debug, Default, Serialize, Deserialize)]
+struct Nap {
+    ms: u64,
+    #[reducer(add)]
+    naps: u64,
+}
+
+fn nap_graph() -> CompiledGraph<Nap> {
+    StateGraph::<Nap>::new("nap")
+        .add_node("nap", |s: Arc<Nap>, _ctx: NodeContext| async move {
+            tokio::time::sleep(Duration::from_millis(s.ms)).await;
+            Ok::<_, NodeError>(NapUpdate::new().naps(1u64))
+        })
+        .add_edge(START, "nap")
+        .add_edge("nap", END)
+        .compile()
+        .unwrap()
+}
+
 fn chat_sample() -> Value {
     json!({ "prompt": "hello" })
 }
@@ -164,6 +184,22 @@ impl Server {
             },
         );
         // The review workflow again, declaring two path fields, for the confinement tests.
+        let nap = runtime
+            .load(nap_graph())
+            .await
+            .unwrap()
+            .with_checkpointer(saver.clone());
+        registry.insert(
+            "nap",
+            Entry {
+                workflow: Arc::new(nap),
+                description: "sleeps as long as asked",
+                parse_input: slow_parse,
+                sample_input: slow_sample,
+                parse_args: None,
+                input_paths: &[],
+            },
+        );
         let review = registry.get("review").unwrap().workflow.clone();
         registry.insert(
             "paths",
@@ -412,8 +448,8 @@ async fn review_loop_and_every_thread_route() {
         .iter()
         .map(|w| w["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["chat", "demo", "paths", "review", "slow"]);
-    let review = &wf["workflows"][3];
+    assert_eq!(names, ["chat", "demo", "nap", "paths", "review", "slow"]);
+    let review = &wf["workflows"][4];
     assert!(review["mermaid"].as_str().unwrap().contains("human_review"));
     assert!(review["nodes"]
         .as_array()
@@ -622,7 +658,7 @@ async fn review_loop_and_every_thread_route() {
     assert!(m.headers["content-type"]
         .to_str()
         .unwrap()
-        .starts_with("text/plain"));
+        .starts_with("application/openmetrics-text"));
     let m = m.text();
     for needle in [
         "ferrograph_runs_total{workflow=\"review\",status=\"done\"} 1",
@@ -1315,5 +1351,249 @@ async fn paths_in_client_input_stay_inside_the_configured_roots() {
         assert_ne!(r.status, StatusCode::FORBIDDEN, "{input}");
         assert_ne!(r.json()["error"]["code"], "path_not_found");
     }
+    server.shutdown().await;
+}
+
+/// The events of an SSE body read to its end: (id, event, data).
+fn sse_events(text: &str) -> Vec<(Option<u64>, String, Value)> {
+    text.split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .filter_map(|block| {
+            let (mut id, mut event, mut data) = (None, String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            (!event.is_empty()).then(|| {
+                (
+                    id,
+                    event,
+                    serde_json::from_str(&data).unwrap_or(Value::Null),
+                )
+            })
+        })
+        .collect()
+}
+
+// The Agent Server API's runs: token streaming as message chunks, cancellation, multitask
+// strategies, joining a finished run's stream from an event id, stateless runs, refusals.
+#[tokio::test]
+async fn agent_server_runs_stream_cancel_queue_and_refuse() {
+    let server = Server::start(None, None).await;
+    let http = Http::new(&server.base, None);
+    let thread = |v: Value| v["thread_id"].as_str().unwrap().to_string();
+
+    // Tokens as `messages` tuples: the chunks spell the reply.
+    let t = thread(http.post("/threads", json!({})).await.json());
+    let r = http
+        .post(
+            &format!("/threads/{t}/runs/stream"),
+            json!({"assistant_id": "chat", "input": {"prompt": "hi"}, "stream_mode": ["messages-tuple", "values"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(r.headers["content-location"]
+        .to_str()
+        .unwrap()
+        .starts_with(&format!("/threads/{t}/runs/")));
+    let events = sse_events(&r.text());
+    assert_eq!(events[0].1, "metadata");
+    let text: String = events
+        .iter()
+        .filter(|e| e.1 == "messages")
+        .map(|e| e.2[0]["content"].as_str().unwrap().to_string())
+        .collect();
+    let last = events.iter().rev().find(|e| e.1 == "values").unwrap();
+    let reply = last.2["reply"].as_str().unwrap();
+    assert!(
+        !text.trim().is_empty() && reply.ends_with(text.trim()),
+        "{text:?} vs {reply:?}"
+    );
+    assert!(events.iter().all(|e| e.1 != "error"));
+    let ids: Vec<u64> = events.iter().filter_map(|e| e.0).collect();
+    // Ids are positions in the run's whole event log (every mode), so they rise with gaps.
+    assert_eq!(ids.len(), events.len());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+    // Joining the finished run's stream after its second event replays the rest.
+    let run_id = events[0].2["run_id"].as_str().unwrap().to_string();
+    let req = http
+        .request(Method::GET, &format!("/threads/{t}/runs/{run_id}/stream"))
+        .header("last-event-id", ids[1].to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let joined = sse_events(&http.send(req).await.text());
+    let joined_ids: Vec<u64> = joined.iter().filter_map(|e| e.0).collect();
+    assert_eq!(joined_ids, ids[2..], "{joined:?}");
+
+    // A long run cancelled: the run ends `interrupted` at once and the thread is free.
+    let t = thread(http.post("/threads", json!({})).await.json());
+    let run = http
+        .post(
+            &format!("/threads/{t}/runs"),
+            json!({"assistant_id": "nap", "input": {"ms": 60000}}),
+        )
+        .await
+        .json();
+    let rid = run["run_id"].as_str().unwrap().to_string();
+    assert!(
+        matches!(run["status"].as_str(), Some("running" | "pending")),
+        "{run}"
+    );
+    // A second run on the busy thread is refused by default.
+    let r = http
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            json!({"assistant_id": "nap", "input": {"ms": 1}}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "thread_busy".into())
+    );
+    let started = std::time::Instant::now();
+    let r = http
+        .post_raw(
+            &format!("/threads/{t}/runs/{rid}/cancel?wait=1"),
+            "application/json",
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let got = http.get(&format!("/threads/{t}/runs/{rid}")).await.json();
+    assert_eq!(got["status"], "interrupted", "{got}");
+    assert_eq!(
+        http.get(&format!("/threads/{t}")).await.json()["status"],
+        "idle"
+    );
+
+    // Enqueue waits for the run in progress; interrupt cancels it.
+    let first = http
+        .post(
+            &format!("/threads/{t}/runs"),
+            json!({"assistant_id": "nap", "input": {"ms": 300}}),
+        )
+        .await
+        .json();
+    let out = http
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            json!({"assistant_id": "nap", "input": {"ms": 1}, "multitask_strategy": "enqueue"}),
+        )
+        .await
+        .json();
+    assert_eq!(out["naps"], 2, "both naps ran: {out}");
+    let first_id = first["run_id"].as_str().unwrap();
+    assert_eq!(
+        http.get(&format!("/threads/{t}/runs/{first_id}"))
+            .await
+            .json()["status"],
+        "success"
+    );
+    let long = http
+        .post(
+            &format!("/threads/{t}/runs"),
+            json!({"assistant_id": "nap", "input": {"ms": 60000}}),
+        )
+        .await
+        .json();
+    let out = http
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            json!({"assistant_id": "nap", "input": {"ms": 1}, "multitask_strategy": "interrupt"}),
+        )
+        .await
+        .json();
+    assert_eq!(out["naps"], 3, "the interrupted nap added nothing: {out}");
+    let long_id = long["run_id"].as_str().unwrap();
+    assert_eq!(
+        http.get(&format!("/threads/{t}/runs/{long_id}"))
+            .await
+            .json()["status"],
+        "interrupted"
+    );
+    let listed = http.get(&format!("/threads/{t}/runs")).await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 5, "{listed}");
+
+    // A thread runs one graph.
+    let r = http
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            json!({"assistant_id": "review", "input": {"title": "x"}}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "thread_graph_mismatch".into())
+    );
+
+    // Stateless runs delete their thread unless asked to keep it.
+    let before = http.post("/threads/count", json!({})).await.json();
+    let out = http
+        .post(
+            "/runs/wait",
+            json!({"assistant_id": "nap", "input": {"ms": 1}}),
+        )
+        .await
+        .json();
+    assert_eq!(out["naps"], 1);
+    let out = http
+        .post(
+            "/runs/wait",
+            json!({"assistant_id": "nap", "input": {"ms": 1}, "on_completion": "keep"}),
+        )
+        .await;
+    let kept = out.headers["content-location"]
+        .to_str()
+        .unwrap()
+        .split('/')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    let after = http.post("/threads/count", json!({})).await.json();
+    assert_eq!(after.as_u64().unwrap(), before.as_u64().unwrap() + 1);
+    assert_eq!(
+        http.get(&format!("/threads/{kept}")).await.json()["values"]["naps"],
+        1
+    );
+
+    // Refusals, each before anything runs.
+    for (body, code) in [
+        (
+            json!({"assistant_id": "nap", "interrupt_before": ["nap"]}),
+            "unsupported",
+        ),
+        (
+            json!({"assistant_id": "nap", "stream_mode": "sideways"}),
+            "invalid_body",
+        ),
+        (
+            json!({"assistant_id": "nap", "webhook": "http://x"}),
+            "unsupported",
+        ),
+        (json!({"assistant_id": "nope"}), "assistant_not_found"),
+    ] {
+        let r = http.post("/runs/wait", body.clone()).await;
+        assert!(r.status.is_client_error(), "{body}: {}", r.text());
+        assert_eq!(r.code(), code, "{body}");
+    }
+    let t = thread(http.post("/threads", json!({})).await.json());
+    let r = http
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            json!({"assistant_id": "review", "command": {"resume": "approve"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text());
+    assert_eq!(
+        http.get(&format!("/threads/{t}")).await.json()["status"],
+        "idle"
+    );
     server.shutdown().await;
 }

@@ -33,6 +33,16 @@ pub struct Entry {
 /// Reads workflow-specific command-line arguments into the input.
 pub type ParseArgs = fn(&[String]) -> Result<Value, String>;
 
+/// A label value escaped for the text exposition format (backslash, double quote and newline),
+/// for exporters whose encoder writes label values as they are (`prometheus-client` 0.23
+/// does): a tool or model name with a quote would otherwise break the whole scrape.
+pub fn metric_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// A source of workflow metrics in the Prometheus text format.
 pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
 

@@ -320,11 +320,18 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
         .inner
         .metrics
         .render(&by_status, pending, state.active_runs());
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
     text.push_str(&state.inner.registry.render_metrics());
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# EOF\n");
     Ok((
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
         )],
         text,
     )
@@ -544,7 +551,7 @@ async fn get_thread(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let info = load_thread(&state, &id).await?;
-    Ok(Json(thread_view(&state, &info)))
+    Ok(Json(agent::threads::thread_full(&state, &info).await))
 }
 
 async fn delete_thread(

@@ -1,8 +1,16 @@
-//! Prometheus metrics, written in the text exposition format by hand.
+//! Prometheus metrics of the server's runs, through the `prometheus-client` crate (the
+//! Prometheus project's Rust client), rendered in the text exposition format at `/metrics`.
 
+use ferrograph::runtime::registry::metric_label;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 /// Upper bounds of the node latency histogram, in seconds.
@@ -10,41 +18,76 @@ const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
 ];
 
-#[derive(Default, Clone)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    workflow: String,
+    status: String,
 }
 
-impl Histogram {
-    fn observe(&mut self, secs: f64) {
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += secs;
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkflowLabel {
+    workflow: String,
 }
 
-#[derive(Default)]
-struct Data {
-    runs: BTreeMap<(String, String), u64>,
-    steps: BTreeMap<String, u64>,
-    tasks: BTreeMap<(String, String, String), u64>,
-    node_latency: BTreeMap<(String, String), Histogram>,
-    tools: BTreeMap<(String, String), u64>,
-    tokens: BTreeMap<String, u64>,
-    generation_secs: BTreeMap<String, f64>,
-    tokens_per_sec: BTreeMap<String, f64>,
-    http: BTreeMap<(String, u16), u64>,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    workflow: String,
+    node: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    workflow: String,
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    method: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+type LatencyFamily = Family<NodeLabels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
 /// Counters and histograms of the server's runs.
 pub(crate) struct Metrics {
-    data: Mutex<Data>,
+    registry: Registry,
+    runs: Family<RunLabels, Counter>,
+    active: Gauge,
+    steps: Family<WorkflowLabel, Counter>,
+    tasks: Family<TaskLabels, Counter>,
+    node_latency: LatencyFamily,
+    tools: Family<ToolLabels, Counter>,
+    pending: Gauge,
+    threads: Family<StatusLabel, Gauge>,
+    tokens: Family<ModelLabel, Counter>,
+    generation_secs: Family<ModelLabel, FloatCounter>,
+    tokens_per_sec: Family<ModelLabel, FloatGauge>,
+    http: Family<HttpLabels, Counter>,
+    uptime: FloatGauge,
     started: Instant,
 }
 
@@ -117,46 +160,139 @@ impl RunTracker {
     }
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 impl Metrics {
     pub(crate) fn new() -> Self {
+        let mut r = Registry::with_prefix("ferrograph");
+        let runs = Family::<RunLabels, Counter>::default();
+        r.register(
+            "runs",
+            "Runs ended through the API, by workflow and status (done, interrupted, drained, failed)",
+            runs.clone(),
+        );
+        let active = Gauge::default();
+        r.register("runs_active", "Runs in progress", active.clone());
+        let steps = Family::<WorkflowLabel, Counter>::default();
+        r.register(
+            "steps",
+            "Supersteps executed by runs started through the API",
+            steps.clone(),
+        );
+        let tasks = Family::<TaskLabels, Counter>::default();
+        r.register(
+            "tasks",
+            "Node tasks ended, by workflow, node and outcome",
+            tasks.clone(),
+        );
+        let node_latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
+        r.register(
+            "node_duration_seconds",
+            "Node task latency, by workflow and node",
+            node_latency.clone(),
+        );
+        let tools = Family::<ToolLabels, Counter>::default();
+        r.register(
+            "tool_executions",
+            "Tool executions ended, by tool and status (success, error, timeout)",
+            tools.clone(),
+        );
+        let pending = Gauge::default();
+        r.register(
+            "interrupts_pending",
+            "Interrupts waiting for a resume value, over all thread records",
+            pending.clone(),
+        );
+        let threads = Family::<StatusLabel, Gauge>::default();
+        r.register("threads", "Thread records by status", threads.clone());
+        let tokens = Family::<ModelLabel, Counter>::default();
+        r.register(
+            "tokens_generated",
+            "Tokens generated by models, by model",
+            tokens.clone(),
+        );
+        let generation_secs = Family::<ModelLabel, FloatCounter>::default();
+        r.register(
+            "generation_seconds",
+            "Time spent generating tokens, by model (rate(tokens)/rate(seconds) gives tokens/s)",
+            generation_secs.clone(),
+        );
+        let tokens_per_sec = Family::<ModelLabel, FloatGauge>::default();
+        r.register(
+            "tokens_per_second",
+            "Generation speed of the latest run that produced tokens, by model",
+            tokens_per_sec.clone(),
+        );
+        let http = Family::<HttpLabels, Counter>::default();
+        r.register(
+            "http_responses",
+            "HTTP responses by method and status",
+            http.clone(),
+        );
+        let uptime = FloatGauge::default();
+        r.register(
+            "uptime_seconds",
+            "Seconds since the server started",
+            uptime.clone(),
+        );
         Metrics {
-            data: Mutex::new(Data::default()),
+            registry: r,
+            runs,
+            active,
+            steps,
+            tasks,
+            node_latency,
+            tools,
+            pending,
+            threads,
+            tokens,
+            generation_secs,
+            tokens_per_sec,
+            http,
+            uptime,
             started: Instant::now(),
         }
-    }
-
-    fn data(&self) -> std::sync::MutexGuard<'_, Data> {
-        self.data.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a finished run: its status (`done`, `interrupted`, `drained`, `failed`) and what
     /// its events reported.
     pub(crate) fn record_run(&self, workflow: &str, status: &str, run: RunTracker, wall: Duration) {
-        let mut d = self.data();
-        *d.runs
-            .entry((workflow.to_string(), status.to_string()))
-            .or_default() += 1;
-        *d.steps.entry(workflow.to_string()).or_default() += run.steps.len() as u64;
+        let wf = || metric_label(workflow);
+        self.runs
+            .get_or_create(&RunLabels {
+                workflow: wf(),
+                status: metric_label(status),
+            })
+            .inc();
+        self.steps
+            .get_or_create(&WorkflowLabel { workflow: wf() })
+            .inc_by(run.steps.len() as u64);
         for (node, outcome, secs) in run.tasks {
-            d.node_latency
-                .entry((workflow.to_string(), node.clone()))
-                .or_default()
+            self.node_latency
+                .get_or_create(&NodeLabels {
+                    workflow: wf(),
+                    node: metric_label(&node),
+                })
                 .observe(secs);
-            *d.tasks
-                .entry((workflow.to_string(), node, outcome))
-                .or_default() += 1;
+            self.tasks
+                .get_or_create(&TaskLabels {
+                    workflow: wf(),
+                    node: metric_label(&node),
+                    outcome: metric_label(&outcome),
+                })
+                .inc();
         }
         for (tool, status) in run.tools {
-            *d.tools.entry((tool, status)).or_default() += 1;
+            self.tools
+                .get_or_create(&ToolLabels {
+                    tool: metric_label(&tool),
+                    status: metric_label(&status),
+                })
+                .inc();
         }
         for (model, (n, first, last)) in run.tokens {
-            *d.tokens.entry(model.clone()).or_default() += n;
+            let label = ModelLabel {
+                model: metric_label(&model),
+            };
+            self.tokens.get_or_create(&label).inc_by(n);
             // One token has no span of its own: count it against the run's wall time.
             let span = if n > 1 {
                 last.duration_since(first)
@@ -164,208 +300,54 @@ impl Metrics {
                 wall
             }
             .as_secs_f64();
-            *d.generation_secs.entry(model.clone()).or_default() += span;
+            self.generation_secs.get_or_create(&label).inc_by(span);
             if span > 0.0 {
-                d.tokens_per_sec.insert(model, n as f64 / span);
+                self.tokens_per_sec
+                    .get_or_create(&label)
+                    .set(n as f64 / span);
             }
         }
     }
 
     /// Counts an HTTP response.
     pub(crate) fn record_http(&self, method: &str, status: u16) {
-        *self
-            .data()
-            .http
-            .entry((method.to_string(), status))
-            .or_default() += 1;
+        self.http
+            .get_or_create(&HttpLabels {
+                method: metric_label(method),
+                status: status.to_string(),
+            })
+            .inc();
     }
 
-    /// The exposition text. `threads` counts thread records by status, `pending` the pending
-    /// interrupts, `active` the runs in progress.
+    /// The exposition text (without the final `# EOF`, so that the workflows' metrics can
+    /// follow). `threads` counts thread records by status, `pending` the pending interrupts,
+    /// `active` the runs in progress.
     pub(crate) fn render(
         &self,
         threads: &BTreeMap<String, u64>,
         pending: u64,
         active: usize,
     ) -> String {
-        let d = self.data();
-        let mut o = String::with_capacity(4096);
-        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        head(
-            &mut o,
-            "ferrograph_runs_total",
-            "counter",
-            "Runs ended through the API, by workflow and status (done, interrupted, drained, failed).",
-        );
-        for ((wf, st), n) in &d.runs {
-            let _ = writeln!(
-                o,
-                "ferrograph_runs_total{{workflow=\"{}\",status=\"{}\"}} {n}",
-                escape(wf),
-                escape(st)
-            );
+        self.threads.clear();
+        for (status, n) in threads {
+            self.threads
+                .get_or_create(&StatusLabel {
+                    status: metric_label(status),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
-        head(
-            &mut o,
-            "ferrograph_runs_active",
-            "gauge",
-            "Runs in progress.",
-        );
-        let _ = writeln!(o, "ferrograph_runs_active {active}");
-        head(
-            &mut o,
-            "ferrograph_steps_total",
-            "counter",
-            "Supersteps executed by runs started through the API.",
-        );
-        for (wf, n) in &d.steps {
-            let _ = writeln!(
-                o,
-                "ferrograph_steps_total{{workflow=\"{}\"}} {n}",
-                escape(wf)
-            );
+        self.pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.active.set(i64::try_from(active).unwrap_or(i64::MAX));
+        self.uptime.set(self.started.elapsed().as_secs_f64());
+        let mut out = String::with_capacity(4096);
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "could not encode the metrics");
+            return String::new();
         }
-        head(
-            &mut o,
-            "ferrograph_tasks_total",
-            "counter",
-            "Node tasks ended, by workflow, node and outcome.",
-        );
-        for ((wf, node, out), n) in &d.tasks {
-            let _ = writeln!(
-                o,
-                "ferrograph_tasks_total{{workflow=\"{}\",node=\"{}\",outcome=\"{}\"}} {n}",
-                escape(wf),
-                escape(node),
-                escape(out)
-            );
+        match out.trim_end().strip_suffix("# EOF") {
+            Some(body) => body.to_string(),
+            None => out,
         }
-        head(
-            &mut o,
-            "ferrograph_node_duration_seconds",
-            "histogram",
-            "Node task latency, by workflow and node.",
-        );
-        for ((wf, node), h) in &d.node_latency {
-            let labels = format!("workflow=\"{}\",node=\"{}\"", escape(wf), escape(node));
-            for (b, c) in BUCKETS.iter().zip(h.counts.iter()) {
-                let _ = writeln!(
-                    o,
-                    "ferrograph_node_duration_seconds_bucket{{{labels},le=\"{b}\"}} {c}"
-                );
-            }
-            let _ = writeln!(
-                o,
-                "ferrograph_node_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                o,
-                "ferrograph_node_duration_seconds_sum{{{labels}}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                o,
-                "ferrograph_node_duration_seconds_count{{{labels}}} {}",
-                h.count
-            );
-        }
-        head(
-            &mut o,
-            "ferrograph_tool_executions_total",
-            "counter",
-            "Tool executions ended, by tool and status (success, error, timeout).",
-        );
-        for ((tool, st), n) in &d.tools {
-            let _ = writeln!(
-                o,
-                "ferrograph_tool_executions_total{{tool=\"{}\",status=\"{}\"}} {n}",
-                escape(tool),
-                escape(st)
-            );
-        }
-        head(
-            &mut o,
-            "ferrograph_interrupts_pending",
-            "gauge",
-            "Interrupts waiting for a resume value, over all thread records.",
-        );
-        let _ = writeln!(o, "ferrograph_interrupts_pending {pending}");
-        head(
-            &mut o,
-            "ferrograph_threads",
-            "gauge",
-            "Thread records by status.",
-        );
-        for (st, n) in threads {
-            let _ = writeln!(o, "ferrograph_threads{{status=\"{}\"}} {n}", escape(st));
-        }
-        head(
-            &mut o,
-            "ferrograph_tokens_generated_total",
-            "counter",
-            "Tokens generated by models, by model.",
-        );
-        for (m, n) in &d.tokens {
-            let _ = writeln!(
-                o,
-                "ferrograph_tokens_generated_total{{model=\"{}\"}} {n}",
-                escape(m)
-            );
-        }
-        head(
-            &mut o,
-            "ferrograph_generation_seconds_total",
-            "counter",
-            "Time spent generating tokens, by model (rate(tokens)/rate(seconds) gives tokens/s).",
-        );
-        for (m, s) in &d.generation_secs {
-            let _ = writeln!(
-                o,
-                "ferrograph_generation_seconds_total{{model=\"{}\"}} {s}",
-                escape(m)
-            );
-        }
-        head(
-            &mut o,
-            "ferrograph_tokens_per_second",
-            "gauge",
-            "Generation speed of the latest run that produced tokens, by model.",
-        );
-        for (m, r) in &d.tokens_per_sec {
-            let _ = writeln!(
-                o,
-                "ferrograph_tokens_per_second{{model=\"{}\"}} {r}",
-                escape(m)
-            );
-        }
-        head(
-            &mut o,
-            "ferrograph_http_responses_total",
-            "counter",
-            "HTTP responses by method and status.",
-        );
-        for ((m, s), n) in &d.http {
-            let _ = writeln!(
-                o,
-                "ferrograph_http_responses_total{{method=\"{}\",status=\"{s}\"}} {n}",
-                escape(m)
-            );
-        }
-        head(
-            &mut o,
-            "ferrograph_uptime_seconds",
-            "gauge",
-            "Seconds since the server started.",
-        );
-        let _ = writeln!(
-            o,
-            "ferrograph_uptime_seconds {}",
-            self.started.elapsed().as_secs_f64()
-        );
-        o
     }
 }
 
@@ -393,12 +375,12 @@ mod tests {
         for needle in [
             "ferrograph_runs_total{workflow=\"wf\",status=\"done\"} 1",
             "ferrograph_steps_total{workflow=\"wf\"} 1",
-            "ferrograph_node_duration_seconds_bucket{workflow=\"wf\",node=\"a\",le=\"0.001\"} 0",
-            "ferrograph_node_duration_seconds_bucket{workflow=\"wf\",node=\"a\",le=\"0.005\"} 1",
+            "ferrograph_node_duration_seconds_bucket{le=\"0.001\",workflow=\"wf\",node=\"a\"} 0",
+            "ferrograph_node_duration_seconds_bucket{le=\"0.005\",workflow=\"wf\",node=\"a\"} 1",
             "ferrograph_node_duration_seconds_count{workflow=\"wf\",node=\"a\"} 1",
             "ferrograph_tool_executions_total{tool=\"t\\\"x\",status=\"error\"} 1",
             "ferrograph_tokens_generated_total{model=\"m\"} 1",
-            "ferrograph_tokens_per_second{model=\"m\"} 100",
+            "ferrograph_tokens_per_second{model=\"m\"} 100.0",
             "ferrograph_interrupts_pending 2",
             "ferrograph_threads{status=\"done\"} 1",
         ] {

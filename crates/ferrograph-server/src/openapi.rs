@@ -124,7 +124,7 @@ pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
                     "operationId": "metrics",
                     "summary": "Prometheus metrics in the text exposition format.",
                     "responses": with_common(json!({
-                        "200": { "description": "Metrics.", "content": { "text/plain": { "schema": { "type": "string" } } } },
+                        "200": { "description": "Metrics.", "content": { "application/openmetrics-text": { "schema": { "type": "string" } } } },
                         "500": err("The thread records could not be read.")
                     }))
                 }

@@ -1,13 +1,15 @@
 // LangGraph's official JavaScript client (@langchain/langgraph-sdk, unpatched) against
-// `ferrograph serve`. Usage: node client.mjs URL [--triage]
+// `ferrograph serve`. Usage: node client.mjs URL [--triage INPUT.json]
 //
 // The same walk as client.py: assistants, a thread run to the review interrupt, its state,
 // resume with a Command, a streamed run (values and updates), history, a fork from a
 // checkpoint, the store, and errors.
+import { readFileSync } from "node:fs";
 import { Client } from "@langchain/langgraph-sdk";
 
 const url = process.argv[2];
-const triage = process.argv.includes("--triage");
+const at = process.argv.indexOf("--triage");
+const triage = at > 0 ? { ...JSON.parse(readFileSync(process.argv[at + 1], "utf8")), out_dir: "sdk-triage-js" } : null;
 const client = new Client({ apiUrl: url });
 
 function check(cond, what, detail) {
@@ -76,14 +78,18 @@ if (triage) {
   const t4 = await client.threads.create();
   const updated = new Set();
   const seen = [];
-  for await (const part of client.runs.stream(t4.thread_id, "triage", { input: null, streamMode: ["values", "updates"] })) {
+  for await (const part of client.runs.stream(t4.thread_id, "triage", { input: triage, streamMode: ["values", "updates"] })) {
     seen.push(part.event);
     if (part.event === "updates") Object.keys(part.data).forEach((k) => updated.add(k));
     if (part.event === "values") last = part.data;
   }
   check(!seen.includes("error"), "triage streamed without error", seen);
   check(updated.size >= 4, "triage's agents each sent updates", [...updated]);
-  check(last.report || last.findings, "triage's final values hold its report", Object.keys(last));
+  check(last.status === "COMPLETED", "triage completed", last.status);
+  const files = (last.codebase?.relevant_files ?? []).map((f) => f.path);
+  check(files.some((f) => f.endsWith("ledgerlite/discounts.py")), "triage found the planted file", files);
+  const report = last.writer?.report ?? {};
+  check((report.root_cause ?? "").split(/\s+/).length >= 5 && report.root_cause !== report.suggested_fix, "triage's report has a root cause of its own", report);
 }
 
 const bg = await client.runs.create(t3.thread_id, "demo", { input: { commits: ["feat: one more"] } });

@@ -24,6 +24,13 @@ pub(crate) fn lg_status(info: &ThreadInfo, active: bool) -> &'static str {
     }
     match info.status {
         ThreadStatus::Interrupted => "interrupted",
+        // A run stopped on request (a cancel) is not an error: the thread rests at its last
+        // step, as LangGraph's server shows it.
+        ThreadStatus::Failed
+            if info.error.as_deref() == Some(&ferrograph::RunError::Cancelled.to_string()) =>
+        {
+            "idle"
+        }
         ThreadStatus::Failed => "error",
         ThreadStatus::Running if !ferrograph::runtime::owner::is_orphaned(info, false) => "busy",
         _ => "idle",
