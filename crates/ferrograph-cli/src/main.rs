@@ -501,18 +501,7 @@ async fn graph(app: &App, workflow: &str, format: &str, thread: Option<&str>) ->
                 .history(t)
                 .await
                 .with_context(|| format!("reading the history of thread `{t}`"))?;
-            let next = history.first().map(|s| s.next.clone()).unwrap_or_default();
-            let steps: Vec<Vec<String>> = history
-                .iter()
-                .rev()
-                .map(|s| {
-                    s.writers
-                        .iter()
-                        .filter(|w| !w.starts_with("__"))
-                        .cloned()
-                        .collect()
-                })
-                .collect();
+            let (steps, next) = ferrograph::runtime::path_of(&history);
             Some(Highlight::from_steps(&drawing, &steps, &next))
         }
     };

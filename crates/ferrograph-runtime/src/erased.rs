@@ -91,6 +91,26 @@ pub struct JsonSnapshot {
     pub tasks: Vec<SnapshotTask>,
 }
 
+/// The path a thread took, from its history (newest first, as [`Workflow::history`] gives
+/// it): the nodes of each superstep, oldest first (the writers of each checkpoint, without the
+/// input pseudo-node), and the nodes planned next. What a drawing highlights
+/// ([`ferrograph_core::drawing::Highlight::from_steps`]).
+pub fn path_of(history: &[JsonSnapshot]) -> (Vec<Vec<String>>, Vec<String>) {
+    let next = history.first().map(|s| s.next.clone()).unwrap_or_default();
+    let steps = history
+        .iter()
+        .rev()
+        .map(|s| {
+            s.writers
+                .iter()
+                .filter(|w| !w.starts_with("__"))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    (steps, next)
+}
+
 /// Name and shape of a workflow.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkflowInfo {

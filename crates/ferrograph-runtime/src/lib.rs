@@ -23,8 +23,8 @@ mod writer;
 pub use config::{CancelHandle, Durability, RestartIntensity, RunConfig, RuntimeConfig};
 pub use confine::{InputPath, PathError, PathRole, PathRoots};
 pub use erased::{
-    event_json, outcome_json, JsonEvent, JsonInput, JsonOutcome, JsonRun, JsonSnapshot, Workflow,
-    WorkflowInfo,
+    event_json, outcome_json, path_of, JsonEvent, JsonInput, JsonOutcome, JsonRun, JsonSnapshot,
+    Workflow, WorkflowInfo,
 };
 pub use error::RunError;
 pub use owner::{Liveness, RunOwner};

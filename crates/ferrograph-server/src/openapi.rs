@@ -87,6 +87,546 @@ fn with_common(mut responses: Value) -> Value {
 /// `nodes` the node names of all of them (`as_node` of a state update) (the `workflow` field of
 /// `POST /threads` is one of them).
 pub(crate) fn document(samples: &[(String, Value)], nodes: &[String]) -> Value {
+    let mut doc = ours(samples, nodes);
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for (path, ops) in agent_paths() {
+            match paths.get_mut(&path).and_then(Value::as_object_mut) {
+                Some(existing) => {
+                    if let Value::Object(ops) = ops {
+                        existing.extend(ops);
+                    }
+                }
+                None => {
+                    paths.insert(path, ops);
+                }
+            }
+        }
+    }
+    doc
+}
+
+/// The Agent Server API's routes (LangGraph's shapes, see `agent`): described loosely (any
+/// JSON object in, any JSON out) with every status they answer, so that a fuzzer checks they
+/// never fail with a 5xx and answer only what is documented.
+fn agent_paths() -> serde_json::Map<String, Value> {
+    let any = json!({ "description": "LangGraph's shape.", "content": { "application/json": { "schema": {} } } });
+    let sse = json!({ "description": "Server-Sent Events in LangGraph's stream modes.", "content": { "text/event-stream": { "schema": { "type": "string" } } } });
+    let object_body = json!({
+        "required": false,
+        "content": { "application/json": { "schema": { "type": "object" } } }
+    });
+    let refusals = |mut r: Value| {
+        if let Some(m) = r.as_object_mut() {
+            for (code, what) in [
+                ("400", "Bad JSON, query or path."),
+                ("404", "No such thread, assistant, graph, run, checkpoint or item."),
+                ("409", "A run is in progress on the thread, the thread runs another graph, or the assistant exists."),
+                ("413", "The body is larger than the server's limit."),
+                ("415", "The Content-Type is not JSON."),
+                ("422", "The body does not fit, or asks for what ferrograph does not do (`unsupported`, with the reason)."),
+                ("503", "The server has no long-term store."),
+            ] {
+                m.entry(code).or_insert_with(|| err(what));
+            }
+        }
+        with_common(r)
+    };
+    let op = |id: &str, summary: &str, with_body: bool, ok_code: &str, ok_resp: &Value| {
+        let mut o = json!({
+            "operationId": id,
+            "summary": summary,
+            "tags": ["Agent Server API"],
+            "responses": refusals(json!({ ok_code: ok_resp })),
+        });
+        if with_body {
+            o["requestBody"] = object_body.clone();
+        }
+        o
+    };
+    let path_param = |name: &str| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } });
+    let mut m = serde_json::Map::new();
+    let mut add = |path: &str, params: Vec<Value>, ops: Vec<(&str, Value)>| {
+        let mut entry = serde_json::Map::new();
+        if !params.is_empty() {
+            entry.insert("parameters".into(), Value::Array(params));
+        }
+        for (method, o) in ops {
+            entry.insert(method.into(), o);
+        }
+        m.insert(path.to_string(), Value::Object(entry));
+    };
+    let none = json!({ "description": "Done." });
+    add(
+        "/info",
+        vec![],
+        vec![(
+            "get",
+            op(
+                "agentInfo",
+                "What this server is and which parts of the API it has.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/ok",
+        vec![],
+        vec![(
+            "get",
+            op(
+                "agentOk",
+                "Liveness, the Agent Server API's way.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "createAssistant",
+                "Creates an assistant: a graph plus config, metadata and a name.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/search",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "searchAssistants",
+                "Assistants by graph, name or metadata.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/count",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "countAssistants",
+                "How many assistants match.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/{aid}",
+        vec![path_param("aid")],
+        vec![
+            (
+                "get",
+                op(
+                    "getAssistant",
+                    "An assistant (or a graph's default one, by name).",
+                    false,
+                    "200",
+                    &any,
+                ),
+            ),
+            (
+                "patch",
+                op(
+                    "patchAssistant",
+                    "Changes an assistant, as a new version.",
+                    true,
+                    "200",
+                    &any,
+                ),
+            ),
+            (
+                "delete",
+                op(
+                    "deleteAssistant",
+                    "Deletes a created assistant.",
+                    false,
+                    "204",
+                    &none,
+                ),
+            ),
+        ],
+    );
+    add(
+        "/assistants/{aid}/graph",
+        vec![path_param("aid")],
+        vec![(
+            "get",
+            op(
+                "getAssistantGraph",
+                "The graph in LangGraph's JSON.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/{aid}/schemas",
+        vec![path_param("aid")],
+        vec![(
+            "get",
+            op(
+                "getAssistantSchemas",
+                "The input and config schemas.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/{aid}/subgraphs",
+        vec![path_param("aid")],
+        vec![(
+            "get",
+            op(
+                "getAssistantSubgraphs",
+                "Subgraphs (none are listed).",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/{aid}/versions",
+        vec![path_param("aid")],
+        vec![(
+            "post",
+            op(
+                "assistantVersions",
+                "An assistant's versions, newest first.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/assistants/{aid}/latest",
+        vec![path_param("aid")],
+        vec![(
+            "post",
+            op(
+                "setAssistantLatest",
+                "Makes a version current.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/search",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "searchThreads",
+                "Threads by status, metadata, values or ids.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/count",
+        vec![],
+        vec![(
+            "post",
+            op("countThreads", "How many threads match.", true, "200", &any),
+        )],
+    );
+    add(
+        "/threads/{id}/copy",
+        vec![id_param()],
+        vec![(
+            "post",
+            op(
+                "copyThread",
+                "A new thread with this one's graph, metadata and state.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/state/checkpoint",
+        vec![id_param()],
+        vec![(
+            "post",
+            op(
+                "getStateAtCheckpoint",
+                "The state at a checkpoint.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/state/{checkpoint}",
+        vec![id_param(), path_param("checkpoint")],
+        vec![(
+            "get",
+            op(
+                "getStateAt",
+                "The state at a checkpoint.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/graph",
+        vec![id_param()],
+        vec![("get", {
+            let mut o = op(
+                "getThreadGraph",
+                "The thread's graph with its path and current node highlighted.",
+                false,
+                "200",
+                &json!({
+                    "description": "SVG (default), Mermaid text or LangGraph's JSON.",
+                    "content": { "image/svg+xml": { "schema": { "type": "string" } }, "text/plain": { "schema": { "type": "string" } }, "application/json": { "schema": {} } }
+                }),
+            );
+            o["parameters"] = json!([{ "name": "format", "in": "query", "required": false, "schema": { "type": "string", "enum": ["svg", "mermaid", "json"] } }]);
+            o
+        })],
+    );
+    add(
+        "/workflows/{name}/graph",
+        vec![path_param("name")],
+        vec![("get", {
+            let mut o = op(
+                "getWorkflowGraph",
+                "A workflow's graph.",
+                false,
+                "200",
+                &json!({
+                    "description": "SVG (default), Mermaid text or LangGraph's JSON.",
+                    "content": { "image/svg+xml": { "schema": { "type": "string" } }, "text/plain": { "schema": { "type": "string" } }, "application/json": { "schema": {} } }
+                }),
+            );
+            o["parameters"] = json!([{ "name": "format", "in": "query", "required": false, "schema": { "type": "string", "enum": ["svg", "mermaid", "json"] } }]);
+            o
+        })],
+    );
+    add(
+        "/threads/{id}/runs/wait",
+        vec![id_param()],
+        vec![(
+            "post",
+            op(
+                "agentWaitRun",
+                "Runs and answers the final values.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/runs/stream",
+        vec![id_param()],
+        vec![(
+            "post",
+            op("agentStreamRun", "Runs and streams.", true, "200", &sse),
+        )],
+    );
+    add(
+        "/threads/{id}/runs/{rid}",
+        vec![id_param(), path_param("rid")],
+        vec![
+            ("get", op("getRun", "A run.", false, "200", &any)),
+            (
+                "delete",
+                op("deleteRun", "Forgets a finished run.", false, "204", &none),
+            ),
+        ],
+    );
+    add(
+        "/threads/{id}/runs/{rid}/join",
+        vec![id_param(), path_param("rid")],
+        vec![(
+            "get",
+            op(
+                "joinRun",
+                "Waits for a run and answers its result.",
+                false,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/runs/{rid}/cancel",
+        vec![id_param(), path_param("rid")],
+        vec![(
+            "post",
+            op("cancelRun", "Cancels a run.", false, "202", &none),
+        )],
+    );
+    add(
+        "/runs",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "createStatelessRun",
+                "A background run on a new thread.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/runs/wait",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "statelessWaitRun",
+                "A run on a new thread, waited for.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/runs/cancel",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "cancelRuns",
+                "Cancels runs by id, thread or status.",
+                true,
+                "204",
+                &none,
+            ),
+        )],
+    );
+    add(
+        "/store/items",
+        vec![],
+        vec![
+            ("put", op("putItem", "Stores an item.", true, "204", &none)),
+            ("get", {
+                let mut o = op(
+                    "getItem",
+                    "An item by namespace (labels joined by `.`) and key.",
+                    false,
+                    "200",
+                    &any,
+                );
+                o["parameters"] = json!([
+                    { "name": "key", "in": "query", "required": true, "schema": { "type": "string" } },
+                    { "name": "namespace", "in": "query", "required": false, "schema": { "type": "string" } }
+                ]);
+                o
+            }),
+            (
+                "delete",
+                op("deleteItem", "Deletes an item.", true, "204", &none),
+            ),
+        ],
+    );
+    add(
+        "/threads/{id}",
+        vec![id_param()],
+        vec![(
+            "patch",
+            op(
+                "patchThread",
+                "Merges metadata into the thread's.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/history",
+        vec![id_param()],
+        vec![(
+            "post",
+            op(
+                "agentHistory",
+                "The thread's states, newest first, LangGraph's shape.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/threads/{id}/runs",
+        vec![id_param()],
+        vec![("get", {
+            let mut o = op(
+                "listRuns",
+                "The thread's runs on this server, newest first.",
+                false,
+                "200",
+                &any,
+            );
+            o["parameters"] = json!([
+                { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 10000 } },
+                { "name": "offset", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 } },
+                { "name": "status", "in": "query", "required": false, "schema": { "type": "string" } }
+            ]);
+            o
+        })],
+    );
+    add(
+        "/store/items/search",
+        vec![],
+        vec![(
+            "post",
+            op(
+                "searchItems",
+                "Items under a namespace prefix.",
+                true,
+                "200",
+                &any,
+            ),
+        )],
+    );
+    add(
+        "/store/namespaces",
+        vec![],
+        vec![(
+            "post",
+            op("listNamespaces", "Namespaces in use.", true, "200", &any),
+        )],
+    );
+    m
+}
+
+fn ours(samples: &[(String, Value)], nodes: &[String]) -> Value {
     let workflows: Vec<&String> = samples.iter().map(|(name, _)| name).collect();
     let inputs = input_schemas(samples);
     let run_example = samples

@@ -215,12 +215,16 @@ impl AppState {
     }
 }
 
+/// A store failure as an API error: a request the store cannot use is the client's (422),
+/// a semantic search without an index is refused (422), the rest is the server's (500).
 pub(crate) fn store_error(e: ferrograph::core::store::StoreError) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "store_error",
-        e.to_string(),
-    )
+    use ferrograph::core::store::StoreError;
+    let (status, code) = match &e {
+        StoreError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_store_request"),
+        StoreError::NoIndex => (StatusCode::UNPROCESSABLE_ENTITY, "no_embedding_index"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
+    };
+    ApiError::new(status, code, e.to_string())
 }
 
 #[derive(Deserialize)]

@@ -527,17 +527,5 @@ pub(crate) async fn path_of(
         Err(ferrograph::RunError::ThreadNotFound(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
-    let next = list.first().map(|s| s.next.clone()).unwrap_or_default();
-    let steps: Vec<Vec<String>> = list
-        .iter()
-        .rev()
-        .map(|s| {
-            s.writers
-                .iter()
-                .filter(|w| !w.starts_with("__"))
-                .cloned()
-                .collect()
-        })
-        .collect();
-    Ok((steps, next))
+    Ok(ferrograph::runtime::path_of(&list))
 }
