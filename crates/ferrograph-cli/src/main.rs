@@ -10,6 +10,7 @@ mod eval;
 mod eval_tutor;
 mod fraud;
 mod index;
+mod otel;
 mod print;
 mod progress;
 mod team;
@@ -1609,12 +1610,29 @@ fn worker_threads(value: Option<String>) -> Result<Option<usize>, String> {
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     hoist_run_flags(&mut cli.command);
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    // Traces go out over OTLP only when an endpoint is configured (see `otel`).
+    let otel = match otel::endpoint_from_env() {
+        None => None,
+        Some(endpoint) => match otel::Otel::start(&endpoint) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
             tracing_subscriber::EnvFilter::try_from_env("FERROGRAPH_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
+        );
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(otel.as_ref().map(otel::Otel::layer))
         .init();
     let workers = match worker_threads(std::env::var("FERROGRAPH_WORKER_THREADS").ok()) {
         Ok(w) => w,
@@ -1639,13 +1657,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(main_async(cli)) {
+    let code = match rt.block_on(main_async(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    };
+    drop(rt);
+    if let Some(o) = otel {
+        o.shutdown();
     }
+    code
 }
 
 #[cfg(test)]

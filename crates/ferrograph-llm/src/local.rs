@@ -10,6 +10,7 @@ use ferrograph_core::message::{Message, TokenUsage};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::OnceCell;
+use tracing::Instrument as _;
 
 struct LocalInner {
     path: PathBuf,
@@ -91,6 +92,45 @@ impl ChatModel for LocalChatModel {
     }
 
     async fn invoke(
+        &self,
+        messages: &[Message],
+        options: &GenerateOptions,
+        sink: Option<TokenSink>,
+    ) -> Result<Message, LlmError> {
+        // One span per model call, under the node that makes it (see the runtime's run,
+        // superstep and node spans); the token counts are recorded when it answers.
+        let span = tracing::info_span!(
+            target: "ferrograph::trace",
+            "ferrograph.model",
+            model = %self.model_name(),
+            provider = "local",
+            messages = messages.len(),
+            prompt_tokens = tracing::field::Empty,
+            completion_tokens = tracing::field::Empty,
+            cached_prompt_tokens = tracing::field::Empty,
+            finish_reason = tracing::field::Empty,
+        );
+        let answer = self
+            .generate_message(messages, options, sink)
+            .instrument(span.clone())
+            .await;
+        if let Ok(msg) = &answer {
+            if let Some(u) = &msg.usage {
+                span.record("prompt_tokens", u.prompt_tokens);
+                span.record("completion_tokens", u.completion_tokens);
+                span.record("cached_prompt_tokens", u.cached_prompt_tokens);
+            }
+            if let Some(f) = &msg.finish_reason {
+                span.record("finish_reason", f.as_str());
+            }
+        }
+        answer
+    }
+}
+
+impl LocalChatModel {
+    /// [`ChatModel::invoke`]'s work, inside its span.
+    async fn generate_message(
         &self,
         messages: &[Message],
         options: &GenerateOptions,

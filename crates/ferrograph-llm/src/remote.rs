@@ -402,8 +402,14 @@ impl ChatModel for RemoteChatModel {
         sink: Option<TokenSink>,
     ) -> Result<Message, LlmError> {
         options.validate()?;
-        let span =
-            tracing::info_span!("remote_chat", model = %self.config.model, url = %self.endpoint);
+        let span = tracing::info_span!(
+            target: "ferrograph::trace",
+            "ferrograph.model",
+            model = %self.config.model,
+            provider = "remote",
+            url = %self.endpoint,
+            messages = messages.len(),
+        );
         async {
             let sink = sink.filter(|s| s.wants_tokens(&self.config.model));
             let result = match &sink {

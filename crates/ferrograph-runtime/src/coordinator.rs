@@ -30,6 +30,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 /// What an agent reports for a task.
 pub(crate) enum TaskResult<S: State> {
@@ -121,6 +122,9 @@ pub(crate) struct RunArgs<S: State> {
     pub(crate) resuming: bool,
     /// The long-term store nodes see.
     pub(crate) store: Option<Arc<dyn ferrograph_core::Store>>,
+    /// The span the run was started under (a subgraph's run: its node's), the parent of the
+    /// run's own span.
+    pub(crate) parent_span: tracing::Span,
 }
 
 enum SlotState<S: State> {
@@ -169,6 +173,11 @@ pub(crate) struct RunState<S: State> {
     pass_static_before: bool,
     collected: Vec<S::Update>,
     started: Instant,
+    /// The run's span (target `ferrograph::trace`): supersteps and node tasks nest under it,
+    /// and model calls under their node (exported over OTLP when the CLI is told to).
+    span: tracing::Span,
+    /// The span of the superstep in progress.
+    step_span: tracing::Span,
 }
 
 /// The coordinator actor.
@@ -294,6 +303,15 @@ impl<S: State> RunState<S> {
                 let _ = me.cast(CoordMsg::RunCancelled { gen });
             });
         }
+        let span = tracing::info_span!(
+            target: "ferrograph::trace",
+            parent: &args.parent_span,
+            "ferrograph.run",
+            graph = %args.graph.name(),
+            thread_id = args.thread_id.as_deref().unwrap_or(""),
+            namespace = %args.namespace,
+            checkpoint_id = %args.frame.checkpoint_id,
+        );
         RunState {
             gen,
             args,
@@ -304,6 +322,8 @@ impl<S: State> RunState<S> {
             pass_static_before,
             collected,
             started: Instant::now(),
+            step_span: tracing::Span::none(),
+            span,
         }
     }
 }
@@ -468,6 +488,13 @@ impl<S: State> RunState<S> {
             return self.stop_at_static(interrupts).await;
         }
         self.pass_static_before = false;
+        self.step_span = tracing::info_span!(
+            target: "ferrograph::trace",
+            parent: &self.span,
+            "ferrograph.superstep",
+            step = self.args.frame.step + 1,
+            tasks = self.args.frame.next.len(),
+        );
 
         // Build the slots, reusing what earlier attempts of this step recorded.
         let mut slots = Vec::with_capacity(self.args.frame.next.len());
@@ -572,6 +599,21 @@ impl<S: State> RunState<S> {
 
     /// Marks slot `i` running and builds what its task starts with: the input and the node's
     /// context (without the event sink, which the runner of the task attaches).
+    /// The span of slot `i`'s task: under the superstep's, named by its node.
+    fn task_span(&self, i: usize) -> tracing::Span {
+        let slot = &self.slots[i];
+        let spec = self.args.graph.node(slot.node);
+        tracing::info_span!(
+            target: "ferrograph::trace",
+            parent: &self.step_span,
+            "ferrograph.node",
+            node = %spec.name,
+            task_id = %slot.task.id,
+            attempt = slot.attempt,
+            step = self.args.frame.step + 1,
+        )
+    }
+
     fn begin_task(&mut self, i: usize) -> (Arc<S>, NodeContextParts) {
         let step = self.args.frame.step + 1;
         let slot = &mut self.slots[i];
@@ -659,7 +701,9 @@ impl<S: State> RunState<S> {
             return Err(RunError::Internal("only function nodes run inline".into()));
         };
         let events = self.args.events.clone();
-        let work = AssertUnwindSafe(call_node(f.as_ref(), input, ctx, events)).catch_unwind();
+        let span = self.task_span(i);
+        let work = AssertUnwindSafe(call_node(f.as_ref(), input, ctx, events).instrument(span))
+            .catch_unwind();
         // One timer for whichever comes first, the node's timeout or the run's deadline.
         let node_deadline = spec
             .options
@@ -709,10 +753,12 @@ impl<S: State> RunState<S> {
         let node = self.slots[i].node;
         let agent = self.args.pool.acquire(node).await?;
         let (input, ctx) = self.begin_task(i);
+        let span = self.task_span(i);
         let slot = &mut self.slots[i];
         slot.agent = Some(agent.clone());
         let attempt = slot.attempt;
         let req = TaskRequest {
+            span,
             node,
             input,
             ctx,

@@ -31,9 +31,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
+use tracing::Instrument as _;
 
 /// A task handed to an agent.
 pub(crate) struct TaskRequest<S: State> {
+    /// The task's span (see [`crate::coordinator`]): the node's work runs in it.
+    pub(crate) span: tracing::Span,
     pub(crate) node: usize,
     pub(crate) input: Arc<S>,
     pub(crate) ctx: NodeContextParts,
@@ -145,6 +148,7 @@ impl<S: State> Actor for AgentActor<S> {
             return Ok(());
         };
         let TaskRequest {
+            span,
             node,
             input,
             ctx,
@@ -201,7 +205,7 @@ impl<S: State> Actor for AgentActor<S> {
                 }
             }
         };
-        match Box::pin(AssertUnwindSafe(work).catch_unwind()).await {
+        match Box::pin(AssertUnwindSafe(work.instrument(span)).catch_unwind()).await {
             Ok(result) => {
                 reply.send(result);
                 pool.release(self.node, myself);

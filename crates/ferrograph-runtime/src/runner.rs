@@ -560,6 +560,7 @@ impl<S: State> GraphRunner<S> {
         }
         let (done, rx) = oneshot::channel();
         let args = RunArgs {
+            parent_span: tracing::Span::current(),
             graph: self.graph.clone(),
             pool: self.pool.clone(),
             runtime: rt.clone(),

@@ -130,6 +130,7 @@ pub(crate) async fn run_child<S: State>(
     pending.extend(routed);
     let (done, rx) = oneshot::channel();
     let args = RunArgs {
+        parent_span: tracing::Span::current(),
         graph,
         pool,
         runtime: runtime.clone(),
