@@ -4,7 +4,7 @@
 # pinned by tests/sdk/js/package-lock.json) each run their script (tests/sdk/) against
 # `ferrograph serve` started here on a fresh data folder (every built-in workflow; triage on
 # the real SmolLM2 over the fixture repository). Idempotent; needs python3 with venv, node,
-# npm and curl.
+# and npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,8 +47,10 @@ cleanup() {
 }
 trap cleanup EXIT
 url="http://127.0.0.1:$port"
+# Python rather than curl, which a bare CI image may lack.
+get() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1"; }
 for _ in $(seq 1 600); do
-    curl -sf "$url/healthz" >/dev/null 2>&1 && break
+    get "$url/healthz" >/dev/null 2>&1 && break
     if ! kill -0 "$pid" 2>/dev/null; then
         echo "ferrograph serve exited:" >&2
         cat "$log" >&2
@@ -56,7 +58,7 @@ for _ in $(seq 1 600); do
     fi
     sleep 0.1
 done
-curl -sf "$url/healthz" >/dev/null || { echo "ferrograph serve did not start:" >&2; cat "$log" >&2; exit 1; }
+get "$url/healthz" >/dev/null || { echo "ferrograph serve did not start:" >&2; cat "$log" >&2; exit 1; }
 
 # Triage's input, from the fixture issue (the same fields `ferrograph run triage --issue …`
 # makes); its output folder is taken from the server's data folder.
@@ -75,7 +77,7 @@ echo "== @langchain/langgraph-sdk (JavaScript) against ferrograph serve at $url"
 (cd tests/sdk/js && node client.mjs "$url" --triage "$work/triage.json")
 
 echo "== /metrics after those runs, through the Prometheus client's OpenMetrics parser"
-curl -sf "$url/metrics" >"$work/metrics.txt"
+get "$url/metrics" >"$work/metrics.txt"
 "$venv/bin/python" - "$work/metrics.txt" <<'PY'
 import sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
