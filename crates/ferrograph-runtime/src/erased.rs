@@ -431,11 +431,12 @@ pub fn event_json<S: State>(e: &StreamEvent<S>) -> JsonEvent {
 impl<S: State> Workflow for GraphRunner<S> {
     fn info(&self) -> WorkflowInfo {
         let spec = self.graph().spec();
+        let drawing = self.graph().drawing();
         WorkflowInfo {
             name: self.graph().name().to_string(),
             nodes: spec.nodes.iter().map(|n| n.name.to_string()).collect(),
-            mermaid: self.graph().to_mermaid(),
-            drawing: self.graph().drawing(),
+            mermaid: drawing.to_mermaid(None),
+            drawing,
         }
     }
 

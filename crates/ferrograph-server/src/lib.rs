@@ -125,6 +125,10 @@ pub(crate) struct LiveEvent {
     pub(crate) kind: String,
     /// SSE data, as JSON text.
     pub(crate) data: String,
+    /// The runtime's event that `data` was made from (`None` for the server's own events:
+    /// `thread`, `run_start`, `end`, `error`), so that a consumer that reshapes events (the
+    /// Agent Server API's stream modes) reads it without parsing `data` back.
+    pub(crate) event: Option<ferrograph::runtime::JsonEvent>,
 }
 
 pub(crate) struct Inner {

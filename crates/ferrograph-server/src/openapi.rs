@@ -396,41 +396,36 @@ fn agent_paths() -> serde_json::Map<String, Value> {
             ),
         )],
     );
+    // The two pictures answer the same formats.
+    let picture = |id: &str, summary: &str| {
+        let mut o = op(
+            id,
+            summary,
+            false,
+            "200",
+            &json!({
+                "description": "SVG (default), Mermaid text or LangGraph's JSON.",
+                "content": { "image/svg+xml": { "schema": { "type": "string" } }, "text/plain": { "schema": { "type": "string" } }, "application/json": { "schema": {} } }
+            }),
+        );
+        o["parameters"] = json!([{ "name": "format", "in": "query", "required": false, "schema": { "type": "string", "enum": ["svg", "mermaid", "json"] } }]);
+        o
+    };
     add(
         "/threads/{id}/graph",
         vec![id_param()],
-        vec![("get", {
-            let mut o = op(
+        vec![(
+            "get",
+            picture(
                 "getThreadGraph",
                 "The thread's graph with its path and current node highlighted.",
-                false,
-                "200",
-                &json!({
-                    "description": "SVG (default), Mermaid text or LangGraph's JSON.",
-                    "content": { "image/svg+xml": { "schema": { "type": "string" } }, "text/plain": { "schema": { "type": "string" } }, "application/json": { "schema": {} } }
-                }),
-            );
-            o["parameters"] = json!([{ "name": "format", "in": "query", "required": false, "schema": { "type": "string", "enum": ["svg", "mermaid", "json"] } }]);
-            o
-        })],
+            ),
+        )],
     );
     add(
         "/workflows/{name}/graph",
         vec![path_param("name")],
-        vec![("get", {
-            let mut o = op(
-                "getWorkflowGraph",
-                "A workflow's graph.",
-                false,
-                "200",
-                &json!({
-                    "description": "SVG (default), Mermaid text or LangGraph's JSON.",
-                    "content": { "image/svg+xml": { "schema": { "type": "string" } }, "text/plain": { "schema": { "type": "string" } }, "application/json": { "schema": {} } }
-                }),
-            );
-            o["parameters"] = json!([{ "name": "format", "in": "query", "required": false, "schema": { "type": "string", "enum": ["svg", "mermaid", "json"] } }]);
-            o
-        })],
+        vec![("get", picture("getWorkflowGraph", "A workflow's graph."))],
     );
     add(
         "/threads/{id}/runs/wait",

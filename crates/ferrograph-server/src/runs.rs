@@ -46,6 +46,10 @@ impl AppState {
 
     /// Follows which nodes of a thread's run are running now (for its graph's highlight).
     fn track_node(&self, thread: &str, kind: &str, data: &Value) {
+        // Every event passes here (tokens included): only task starts and ends take the lock.
+        if kind != "task_start" && kind != "task_end" {
+            return;
+        }
         let Some(node) = data.get("node").and_then(Value::as_str) else {
             return;
         };
@@ -141,6 +145,7 @@ pub(crate) fn live_event(kind: &str, data: &Value) -> Arc<LiveEvent> {
     Arc::new(LiveEvent {
         kind: kind.to_string(),
         data: data.to_string(),
+        event: None,
     })
 }
 
@@ -289,15 +294,17 @@ async fn drive(
         if ev.namespace.is_empty() {
             state.track_node(thread, ev.kind, &ev.data);
         }
+        let kind = ev.kind;
         let le = Arc::new(LiveEvent {
-            kind: ev.kind.to_string(),
+            kind: kind.to_string(),
             data: serde_json::to_string(&ev).unwrap_or_else(|_| "{}".to_string()),
+            event: Some(ev),
         });
         if live.receiver_count() > 0 {
             let _ = live.send(le.clone());
         }
         if let Some((tx, modes)) = &client {
-            if wanted(*modes, ev.kind) && tx.send(le).await.is_err() {
+            if wanted(*modes, kind) && tx.send(le).await.is_err() {
                 client = None;
             }
         }

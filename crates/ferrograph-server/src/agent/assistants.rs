@@ -62,7 +62,7 @@ impl Assistant {
             "config": v.map_or(json!({}), |v| v.config.clone()),
             "context": v.map_or(json!({}), |v| v.context.clone()),
             "metadata": v.map_or(json!({}), |v| v.metadata.clone()),
-            "name": v.map_or(self.graph_id.clone(), |v| v.name.clone()),
+            "name": name_of(self),
             "description": v.and_then(|v| v.description.clone()),
             "version": self.current,
             "created_at": iso(self.created_at_ms),
@@ -192,6 +192,20 @@ impl AppState {
             .collect();
         out.extend(self.created_assistants().await?.into_values());
         Ok(out)
+    }
+
+    /// The assistant named by `id` and the registry entry of its graph.
+    async fn assistant_entry(
+        &self,
+        id: &str,
+    ) -> Result<(Assistant, &ferrograph::runtime::Entry), ApiError> {
+        let a = self.assistant(id).await?;
+        let entry = self
+            .inner
+            .registry
+            .get(&a.graph_id)
+            .ok_or_else(|| not_found(&a.graph_id))?;
+        Ok((a, entry))
     }
 
     /// The assistant named by an assistant id or a graph name.
@@ -433,28 +447,31 @@ pub(crate) struct SearchBody {
     sort_order: Option<String>,
 }
 
+fn name_of(a: &Assistant) -> &str {
+    a.settings()
+        .map_or(a.graph_id.as_str(), |v| v.name.as_str())
+}
+
 async fn matching(state: &AppState, body: &SearchBody) -> Result<Vec<Assistant>, ApiError> {
     let mut list = state.all_assistants().await?;
     list.retain(|a| {
-        let v = a.view();
+        let v = a.settings();
         body.graph_id
             .as_deref()
             .is_none_or(|g| g.is_empty() || a.graph_id == g)
             && body.name.as_deref().is_none_or(|n| {
-                v["name"]
-                    .as_str()
-                    .is_some_and(|name| name.to_lowercase().contains(&n.to_lowercase()))
+                v.is_some_and(|v| v.name.to_lowercase().contains(&n.to_lowercase()))
             })
             && body
                 .metadata
                 .as_ref()
-                .is_none_or(|m| super::metadata_matches(&v["metadata"], m))
+                .is_none_or(|m| v.is_some_and(|v| super::metadata_matches(&v.metadata, m)))
     });
     let key = body.sort_by.as_deref().unwrap_or("created_at");
     list.sort_by(|a, b| match key {
         "assistant_id" => a.assistant_id.cmp(&b.assistant_id),
         "graph_id" => a.graph_id.cmp(&b.graph_id),
-        "name" => a.view()["name"].as_str().cmp(&b.view()["name"].as_str()),
+        "name" => name_of(a).cmp(name_of(b)),
         "updated_at" => a.updated_at_ms.cmp(&b.updated_at_ms),
         _ => a
             .created_at_ms
@@ -563,12 +580,7 @@ pub(crate) async fn graph(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let a = state.assistant(&id).await?;
-    let entry = state
-        .inner
-        .registry
-        .get(&a.graph_id)
-        .ok_or_else(|| not_found(&a.graph_id))?;
+    let (_, entry) = state.assistant_entry(&id).await?;
     Ok(Json(entry.workflow.info().drawing.to_langgraph_json()))
 }
 
@@ -576,12 +588,7 @@ pub(crate) async fn schemas(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let a = state.assistant(&id).await?;
-    let entry = state
-        .inner
-        .registry
-        .get(&a.graph_id)
-        .ok_or_else(|| not_found(&a.graph_id))?;
+    let (a, entry) = state.assistant_entry(&id).await?;
     let sample = (entry.sample_input)();
     Ok(Json(json!({
         "graph_id": a.graph_id,
@@ -632,11 +639,10 @@ pub(crate) async fn subgraphs(
 
 /// `GET /assistants/{id}/subgraphs/{namespace}`.
 pub(crate) async fn subgraphs_ns(
-    State(state): State<AppState>,
+    state: State<AppState>,
     Path((id, _ns)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    state.assistant(&id).await?;
-    Ok(Json(json!({})))
+    subgraphs(state, Path(id)).await
 }
 
 #[cfg(test)]

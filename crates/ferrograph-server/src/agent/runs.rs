@@ -12,7 +12,7 @@ use super::assistants::Assistant;
 use super::stream::{Converter, SseItem, MODES};
 use super::threads::interrupt_json;
 use super::{iso, metadata_in, unsupported};
-use crate::api::{entry_of, load_thread, run_input, RunCommand};
+use crate::api::{entry_of, load_thread, reconcile, run_input, RunCommand};
 use crate::error::{ApiError, ApiJson};
 use crate::runs::{lock, start_claimed, ActiveGuard, RunOptions};
 use crate::AppState;
@@ -68,7 +68,6 @@ pub(crate) struct RunSlot {
     modes: Vec<String>,
     subgraphs: bool,
     cancel: CancelHandle,
-    cancelled: Mutex<bool>,
     state: Mutex<SlotState>,
     changed: watch::Sender<u64>,
 }
@@ -151,7 +150,6 @@ impl RunSlot {
     }
 
     fn request_cancel(&self) {
-        *lock(&self.cancelled) = true;
         self.cancel.cancel();
     }
 }
@@ -404,10 +402,22 @@ async fn admit(
             "multitask_strategy must be reject, interrupt or enqueue, not `{strategy}`"
         )));
     }
-    let mut info = match state.inner.saver.get_thread(&thread).await? {
-        Some(_) => load_thread(state, &thread).await?,
+    match state.inner.saver.get_thread(&thread).await? {
+        // Corrected from its checkpoint first if its record claims too much (this must come
+        // before the claim: a claimed thread is taken as running here).
+        Some(existing) => {
+            reconcile(state, existing).await;
+        }
         None if stateless || b.if_not_exists.as_deref() == Some("create") => {
             crate::api::check_thread_id(&thread)?;
+        }
+        None => return Err(ApiError::thread_not_found(&thread)),
+    }
+    let guard = claim_for(state, &thread, &strategy).await?;
+    // Read under the claim: a queued run finds the thread as the run it waited for left it.
+    let mut info = match state.inner.saver.get_thread(&thread).await? {
+        Some(i) => i,
+        None => {
             let mut i = ThreadInfo::new(thread.clone(), assistant.graph_id.clone());
             i.status = ThreadStatus::Done;
             if stateless {
@@ -415,39 +425,27 @@ async fn admit(
             }
             i
         }
-        None => return Err(ApiError::thread_not_found(&thread)),
     };
-    let guard = claim_for(state, &thread, &strategy).await?;
-    if stateless || info.last_checkpoint_id.is_none() {
-        // Re-read: a queued run may find the thread changed by the run it waited for.
-        if let Some(fresh) = state.inner.saver.get_thread(&thread).await? {
-            info = fresh;
-        }
-    } else {
-        info = load_thread(state, &thread).await?;
-    }
     if info.graph.is_empty() {
         info.graph = assistant.graph_id.clone();
     }
+    // A thread runs one graph: the entry it is bound to (by registry name or graph name)
+    // must be the assistant's.
     let entry = entry_of(state, &info)?;
-    let graph_name = entry.workflow.info().name;
-    if info.graph != assistant.graph_id && graph_name != assistant.graph_id {
-        let bound = info.graph.clone();
-        let ok = state
-            .inner
-            .registry
-            .get(&assistant.graph_id)
-            .is_some_and(|e| e.workflow.info().name == bound);
-        if !ok {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "thread_graph_mismatch",
-                format!(
-                    "thread `{thread}` runs graph `{bound}`; assistant `{}` is of graph `{}`",
-                    assistant.assistant_id, assistant.graph_id
-                ),
-            ));
-        }
+    let same = state
+        .inner
+        .registry
+        .get(&assistant.graph_id)
+        .is_some_and(|e| Arc::ptr_eq(&e.workflow, &entry.workflow));
+    if !same {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "thread_graph_mismatch",
+            format!(
+                "thread `{thread}` runs graph `{}`; assistant `{}` is of graph `{}`",
+                info.graph, assistant.assistant_id, assistant.graph_id
+            ),
+        ));
     }
     let command: Option<RunCommand> = match b.command {
         None | Some(Value::Null) => None,
@@ -496,7 +494,6 @@ async fn admit(
         modes,
         subgraphs: b.stream_subgraphs.unwrap_or(false),
         cancel: cancel.clone(),
-        cancelled: Mutex::new(false),
         state: Mutex::new(SlotState {
             status: "pending",
             updated_at_ms: now_millis(),
@@ -549,21 +546,18 @@ async fn pump(
 ) {
     let mut conv = Converter::new(&slot.run_id, &slot.thread_id);
     if let Some(mut rx) = started.events {
-        while let Some(ev) = rx.recv().await {
-            if ev.kind == "end" || ev.kind == "error" {
-                continue;
-            }
-            let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+        while let Some(le) = rx.recv().await {
+            // The server's own `end`/`error` carry no runtime event: the outcome below says
+            // how the run ended.
+            let Some(ev) = &le.event else {
                 continue;
             };
-            let ns = v.get("namespace").and_then(Value::as_str).unwrap_or("");
-            let data = v.get("data").unwrap_or(&Value::Null);
-            for item in conv.convert(&ev.kind, ns, data) {
+            for item in conv.convert(ev.kind, &ev.namespace, &ev.data) {
                 slot.push(item);
             }
         }
     }
-    let cancelled = *lock(&slot.cancelled);
+    let cancelled = slot.cancel.is_cancelled();
     let (status, result) = match started.outcome.await {
         Ok(Ok(o)) => {
             let status = match o.status {
@@ -630,18 +624,24 @@ pub(crate) async fn create_on_thread(
     Ok(located(Json(a.slot.view()).into_response(), &a.slot))
 }
 
+/// Admits a stateless run: on a new thread, deleted afterwards unless
+/// `on_completion: keep`.
+async fn admit_stateless(state: &AppState, body: Value) -> Result<Admitted, ApiError> {
+    admit(
+        state,
+        uuid::Uuid::now_v7().to_string(),
+        parse_body(body)?,
+        true,
+    )
+    .await
+}
+
 /// `POST /runs`: a background run on a new thread.
 pub(crate) async fn create_stateless(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let a = admit(
-        &state,
-        uuid::Uuid::now_v7().to_string(),
-        parse_body(body)?,
-        true,
-    )
-    .await?;
+    let a = admit_stateless(&state, body).await?;
     Ok(located(Json(a.slot.view()).into_response(), &a.slot))
 }
 
@@ -667,14 +667,7 @@ pub(crate) async fn wait_stateless(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let a = admit(
-        &state,
-        uuid::Uuid::now_v7().to_string(),
-        parse_body(body)?,
-        true,
-    )
-    .await?;
-    Ok(wait_response(a).await)
+    Ok(wait_response(admit_stateless(&state, body).await?).await)
 }
 
 /// Cancels the run when the client goes away before it finished, for `on_disconnect: cancel`.
@@ -788,13 +781,7 @@ pub(crate) async fn stream_stateless(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let a = admit(
-        &state,
-        uuid::Uuid::now_v7().to_string(),
-        parse_body(body)?,
-        true,
-    )
-    .await?;
+    let a = admit_stateless(&state, body).await?;
     Ok(stream_response(&state, a).await)
 }
 
