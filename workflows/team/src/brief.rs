@@ -142,12 +142,7 @@ fn prose_lines(text: &str) -> Vec<&str> {
 /// The brief's requirements, read without a model: its bullet lines, else its sentences
 /// (headings and the out-of-scope line aside).
 pub fn objectives(text: &str) -> Vec<String> {
-    let clean = |s: &str| {
-        s.trim()
-            .trim_start_matches(['-', '*', '+'])
-            .trim()
-            .to_string()
-    };
+    let clean = |s: &str| plain_text(s.trim().trim_start_matches(['-', '*', '+']).trim());
     let bullets: Vec<String> = text
         .lines()
         .filter(|l| {
@@ -175,6 +170,33 @@ pub fn objectives(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A line of Markdown as plain text: links as their text, emphasis and code marks dropped
+/// (a README's `**bold**` and `[name](url)` otherwise end up in story titles).
+fn plain_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        match after.find("](").and_then(|close| {
+            let url = &after[close + 2..];
+            url.find(')').map(|end| (close, close + 2 + end + 1))
+        }) {
+            Some((close, skip)) => {
+                out.push_str(&rest[..open]);
+                out.push_str(&after[..close]);
+                rest = &after[skip..];
+            }
+            None => {
+                out.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    let out = out.replace("**", "").replace("__", "").replace('`', "");
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// What the brief puts out of scope (`Out of scope: a, b`).
 pub fn out_of_scope(text: &str) -> Vec<String> {
     text.lines()
@@ -197,6 +219,18 @@ pub fn out_of_scope(text: &str) -> Vec<String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn objectives_are_plain_text() {
+        let readme = "**A Python slugify application that handles unicode**. This module, by default installs and uses [text-unidecode](https://github.com/kmike/text-unidecode) _(GPL)_ for its decoding needs.";
+        let o = objectives(readme);
+        assert_eq!(o[0], "A Python slugify application that handles unicode");
+        assert_eq!(
+            o[1],
+            "This module, by default installs and uses text-unidecode _(GPL)_ for its decoding needs."
+        );
+        assert_eq!(plain_text("[a] b [c](d"), "[a] b [c](d");
+    }
 
     #[test]
     fn reads_what_the_brief_asks_for() {

@@ -228,15 +228,17 @@ fn points(p: u8) -> u8 {
     [1u8, 2, 3, 5, 8].into_iter().find(|x| *x >= p).unwrap_or(8)
 }
 
-/// A title from a requirement line: its first words, cut at a word, under 60 characters.
+/// A title from a requirement line: its first clause (the whole line when that clause is
+/// under three words, as "However, …" is), cut at a word, under 60 characters.
 fn title_of(o: &str) -> String {
+    let clause = o.split([',', ';', '(']).next().unwrap_or(o);
+    let source = if clause.split_whitespace().count() < 3 {
+        o
+    } else {
+        clause
+    };
     let mut t = String::new();
-    for w in o
-        .split([',', ';', '('])
-        .next()
-        .unwrap_or(o)
-        .split_whitespace()
-    {
+    for w in source.split_whitespace() {
         if t.len() + w.len() + 1 > 60 {
             break;
         }
