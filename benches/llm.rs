@@ -1,6 +1,7 @@
 //! `bench_llm`: load time, time to first token, prefill and decode speed and peak memory of a
 //! GGUF model on this machine (what `ferrograph bench llm` prints).
 
+use ferrograph_llm::DeviceKind;
 use ferrograph_llm::Engine;
 use ferrograph_llm::LlmError;
 use ferrograph_llm::LoadOptions;
@@ -22,6 +23,8 @@ pub struct BenchReport {
     pub threads: usize,
     /// Threads the worker pool actually uses (fixed by the first inference in a process).
     pub threads_effective: usize,
+    /// The device the model ran on (`cpu`, `cuda`, `metal`).
+    pub device: String,
     /// Which forward pass ran: `fast` (our kernels) or `candle`.
     pub kernels: String,
     /// Instruction set of our kernels (`avx2` or `scalar`).
@@ -46,6 +49,70 @@ pub struct BenchReport {
     pub peak_rss_mib: f64,
     /// Measured runs (after one warm-up).
     pub runs: usize,
+    /// On a device other than the CPU: how its logits compare with the CPU's on the same
+    /// tokens.
+    pub agreement: Option<DeviceAgreement>,
+}
+
+/// Logits of the same prompt and continuation on a device and on the CPU (teacher forced,
+/// one row per position).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceAgreement {
+    /// Positions compared.
+    pub positions: usize,
+    /// Positions whose most likely token is the same on both.
+    pub top1_same: usize,
+    /// Largest absolute difference of one logit.
+    pub max_abs_diff: f32,
+    /// Smallest cosine similarity of two rows.
+    pub min_cosine: f32,
+}
+
+/// Compares the logits of `engine` (on a device) with a CPU engine's on the same tokens.
+fn agreement(
+    engine: &mut Engine,
+    path: &Path,
+    prompt: &[u32],
+) -> Result<DeviceAgreement, LlmError> {
+    let split = prompt.len().clamp(2, 96) - 1;
+    let end = prompt.len().min(split + 32);
+    let (head, tail) = (&prompt[..split], &prompt[split..end]);
+    let on_device = engine.teacher_forced_logits(head, tail)?;
+    let mut cpu = Engine::load(path, &LoadOptions::default())?;
+    let on_cpu = cpu.teacher_forced_logits(head, tail)?;
+    let argmax = |row: &[f32]| {
+        row.iter()
+            .enumerate()
+            .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+                if v > best.1 {
+                    (i, v)
+                } else {
+                    best
+                }
+            })
+            .0
+    };
+    let mut report = DeviceAgreement {
+        positions: on_device.len(),
+        top1_same: 0,
+        max_abs_diff: 0.0,
+        min_cosine: 1.0,
+    };
+    for (a, b) in on_device.iter().zip(&on_cpu) {
+        if argmax(a) == argmax(b) {
+            report.top1_same += 1;
+        }
+        let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+        for (&x, &y) in a.iter().zip(b) {
+            report.max_abs_diff = report.max_abs_diff.max((x - y).abs());
+            dot += f64::from(x) * f64::from(y);
+            na += f64::from(x) * f64::from(x);
+            nb += f64::from(y) * f64::from(y);
+        }
+        let cosine = (dot / (na.sqrt() * nb.sqrt()).max(f64::MIN_POSITIVE)) as f32;
+        report.min_cosine = report.min_cosine.min(cosine);
+    }
+    Ok(report)
 }
 
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -97,11 +164,14 @@ pub async fn bench_llm(
     threads: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
+    device: DeviceKind,
 ) -> Result<BenchReport, LlmError> {
     let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || bench_blocking(&path, threads, prompt_tokens, gen_tokens))
-        .await
-        .map_err(|e| LlmError::Backend(format!("bench task failed: {e}")))?
+    tokio::task::spawn_blocking(move || {
+        bench_blocking(&path, threads, prompt_tokens, gen_tokens, device)
+    })
+    .await
+    .map_err(|e| LlmError::Backend(format!("bench task failed: {e}")))?
 }
 
 /// The synchronous body of [`bench_llm`].
@@ -110,11 +180,18 @@ pub fn bench_blocking(
     threads: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
+    device: DeviceKind,
 ) -> Result<BenchReport, LlmError> {
     let threads_effective = set_threads(threads);
     STARTED.store(true, Ordering::SeqCst);
     let load_start = Instant::now();
-    let mut engine = Engine::load(path, &LoadOptions::default())?;
+    let options = LoadOptions {
+        device,
+        // Room for the longest prompt asked for plus the decoded tokens.
+        max_context: (prompt_tokens + gen_tokens + 64).max(LoadOptions::default().max_context),
+        ..LoadOptions::default()
+    };
+    let mut engine = Engine::load(path, &options)?;
     let load = load_start.elapsed();
     let shared = engine.shared();
     let kernels = engine.kernels_name();
@@ -150,12 +227,17 @@ pub fn bench_blocking(
         let (_, _, d) = engine.bench_forward(&prompt[..1], gen_tokens)?;
         decode.push(rate(gen_tokens, d));
     }
+    let agreement = match device {
+        DeviceKind::Cpu => None,
+        _ => Some(agreement(&mut engine, path, &prompt)?),
+    };
     Ok(BenchReport {
         model: shared.info.name.clone(),
         path: path.to_path_buf(),
         architecture: shared.info.architecture.clone(),
         threads,
         threads_effective,
+        device: format!("{device:?}").to_lowercase(),
         kernels: kernels.to_string(),
         isa: format!("{:?}", ferrograph_kernels::detected_isa()).to_lowercase(),
         prompt_tokens: prompt.len(),
@@ -167,6 +249,7 @@ pub fn bench_blocking(
         decode_after_prompt_tok_s: median(decode_after),
         peak_rss_mib: peak_rss_mib(),
         runs,
+        agreement,
     })
 }
 
@@ -341,7 +424,13 @@ pub async fn compare_llama_cpp(
         let mut ours = Vec::new();
         let mut peer = Vec::new();
         for _ in 0..rounds.max(1) {
-            ours.push(bench_blocking(&path, threads, prompt_tokens, gen_tokens)?);
+            ours.push(bench_blocking(
+                &path,
+                threads,
+                prompt_tokens,
+                gen_tokens,
+                DeviceKind::Cpu,
+            )?);
             peer.push(run_llama_cpp(&path, threads, prompt_tokens, gen_tokens)?);
         }
         let pairs = |f: &dyn Fn(&BenchReport, &PeerReport) -> (f64, f64)| {

@@ -361,12 +361,17 @@ pub type EmbedderFactory = std::sync::Arc<
     dyn Fn() -> std::result::Result<std::sync::Arc<dyn Embedder>, String> + Send + Sync,
 >;
 
-/// The default embedder, all-MiniLM-L6-v2 from `models/`, as an [`EmbedderFactory`].
+/// The default embedder, all-MiniLM-L6-v2 from `models/`, as an [`EmbedderFactory`], on
+/// the device named by `FERROGRAPH_DEVICE` (the CPU when unset), like the default chat model.
 pub fn minilm() -> EmbedderFactory {
     std::sync::Arc::new(|| {
-        BertEmbedder::default_model(EmbedOptions::default())
-            .map(|e| std::sync::Arc::new(e) as std::sync::Arc<dyn Embedder>)
-            .map_err(|e| e.to_string())
+        let device = DeviceKind::from_env().map_err(|e| e.to_string())?;
+        BertEmbedder::default_model(EmbedOptions {
+            device,
+            ..EmbedOptions::default()
+        })
+        .map(|e| std::sync::Arc::new(e) as std::sync::Arc<dyn Embedder>)
+        .map_err(|e| e.to_string())
     })
 }
 
