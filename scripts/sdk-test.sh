@@ -3,8 +3,9 @@
 # (PyPI, pinned, into target/sdk-venv) and the JavaScript `@langchain/langgraph-sdk` (npm,
 # pinned by tests/sdk/js/package-lock.json) each run their script (tests/sdk/) against
 # `ferrograph serve` started here on a fresh data folder (every built-in workflow; triage on
-# the real SmolLM2 over the fixture repository). Idempotent; needs python3 with venv, node,
-# and npm.
+# the real SmolLM2 over the fixture repository). Then LangGraph's agent chat UI (built by
+# scripts/setup-chat-ui.sh) holds one chat turn with `chatbot` in headless Chromium
+# (tests/chat-ui/turn.mjs). Idempotent; needs python3 with venv, node, and npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,9 @@ if [ ! -f tests/sdk/js/node_modules/@langchain/langgraph-sdk/package.json ] \
     (cd tests/sdk/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+bash scripts/setup-browser.sh >/dev/null
+bash scripts/setup-chat-ui.sh
+
 echo "== building ferrograph"
 cargo build -q -p ferrograph-cli
 bin="$target_dir/debug/ferrograph"
@@ -36,13 +40,20 @@ bash scripts/fetch-models.sh >/dev/null
 
 work="$(mktemp -d /tmp/ferrograph-sdk.XXXXXX)"
 log="$work/server.log"
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port="$(free_port)"
+ui_port="$(free_port)"
+ui="http://127.0.0.1:$ui_port"
 fixture="$(pwd)/tests/fixtures/triage"
-FERROGRAPH_DATA_DIR="$work/data" "$bin" serve --bind "127.0.0.1:$port" --workspace "$fixture" >"$log" 2>&1 &
+# The chat UI is served from its own origin, which the API lets call it (CORS).
+python3 -m http.server --bind 127.0.0.1 "$ui_port" --directory "$target_dir/chat-ui/dist" >"$work/ui.log" 2>&1 &
+ui_pid=$!
+FERROGRAPH_DATA_DIR="$work/data" "$bin" serve --bind "127.0.0.1:$port" --workspace "$fixture" \
+    --allow-origin "$ui" >"$log" 2>&1 &
 pid=$!
 cleanup() {
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    kill "$pid" "$ui_pid" 2>/dev/null || true
+    wait "$pid" "$ui_pid" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -75,6 +86,9 @@ echo "== langgraph-sdk (Python) against ferrograph serve at $url"
 "$venv/bin/python" tests/sdk/client.py "$url" --triage "$work/triage.json"
 echo "== @langchain/langgraph-sdk (JavaScript) against ferrograph serve at $url"
 (cd tests/sdk/js && node client.mjs "$url" --triage "$work/triage.json")
+
+echo "== LangGraph's agent chat UI ($ui) against ferrograph serve: one turn with chatbot"
+node tests/chat-ui/turn.mjs "$ui" "$url"
 
 echo "== /metrics after those runs, through the Prometheus client's OpenMetrics parser"
 get "$url/metrics" >"$work/metrics.txt"

@@ -445,6 +445,10 @@ enum BenchCommand {
         /// Rounds with --peer.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Device: cpu, cuda or metal (default: FERROGRAPH_DEVICE, else cpu). The peer
+        /// comparison runs on the CPU.
+        #[arg(long)]
+        device: Option<String>,
     },
     /// A workflow end to end on a local model. `triage`: with the prefix cache off and on,
     /// end-to-end latency, latency and tokens per agent, prefix-cache savings (on the fixture
@@ -671,8 +675,8 @@ fn exit_code(o: &JsonOutcome) -> ExitCode {
 /// model. The model is the provider that `FERROGRAPH_*` variables, then the config file,
 /// describe (a remote OpenAI-compatible server, or a local GGUF: the configured one or the
 /// manifest's default), so a workflow switches between local and remote by configuration.
-/// Every workflow the CLI ships: `demo` and `review` (no model or data), `fraud`, `triage`,
-/// `tutor`, `ticket-to-pr` and `team` (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
+/// Every workflow the CLI ships: `demo` and `review` (no model or data), `chatbot`, `fraud`,
+/// `triage`, `tutor`, `ticket-to-pr` and `team` (configured by `settings`), loaded into `runtime` with `saver` as their checkpointer.
 async fn builtin_registry(
     runtime: &Runtime,
     saver: Arc<dyn CheckpointSaver>,
@@ -680,6 +684,7 @@ async fn builtin_registry(
 ) -> Result<Registry, ferrograph::RegistryError> {
     let mut r = Registry::new();
     ferrograph_basics::register(&mut r, runtime, saver.clone()).await?;
+    ferrograph_chatbot::register(&mut r, runtime, saver.clone(), settings).await?;
     ferrograph_fraud::register(&mut r, runtime, saver.clone(), settings).await?;
     ferrograph_triage::register(&mut r, runtime, saver.clone(), settings).await?;
     ferrograph_tutor::register(&mut r, runtime, saver.clone(), settings).await?;
@@ -1216,8 +1221,13 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     json,
                     peer,
                     rounds,
+                    device,
                 },
         } => {
+            let device = match device {
+                Some(d) => d.parse::<ferrograph_llm::DeviceKind>()?,
+                None => ferrograph_llm::DeviceKind::from_env()?,
+            };
             let path = match model {
                 None => ferrograph_llm::manifest::default_chat_model_path()?,
                 Some(m) if std::path::Path::new(&m).exists() => PathBuf::from(m),
@@ -1239,17 +1249,29 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let r = ferrograph_benches::llm::bench_llm(&path, threads, prompt_tokens, gen_tokens)
-                .await?;
+            let r = ferrograph_benches::llm::bench_llm(
+                &path,
+                threads,
+                prompt_tokens,
+                gen_tokens,
+                device,
+            )
+            .await?;
             if json {
                 print::line(serde_json::to_string_pretty(&r)?);
             } else {
                 print::line(format!(
-                    "{} ({}), {} threads: load {:.0} ms, first token {:.1} ms, prefill({}) {:.1} tok/s, decode {:.1} tok/s ({:.1} after the prompt), peak RSS {:.0} MiB",
-                    r.model, r.architecture, r.threads_effective, r.load_ms, r.ttft_ms,
+                    "{} ({}) on {}, {} threads: load {:.0} ms, first token {:.1} ms, prefill({}) {:.1} tok/s, decode {:.1} tok/s ({:.1} after the prompt), peak RSS {:.0} MiB",
+                    r.model, r.architecture, r.device, r.threads_effective, r.load_ms, r.ttft_ms,
                     r.prompt_tokens, r.prefill_tok_s, r.decode_tok_s, r.decode_after_prompt_tok_s,
                     r.peak_rss_mib
                 ));
+                if let Some(a) = &r.agreement {
+                    print::line(format!(
+                        "logits against the CPU on {} positions: same top token at {}, largest difference {:.4}, smallest cosine {:.6}",
+                        a.positions, a.top1_same, a.max_abs_diff, a.min_cosine
+                    ));
+                }
             }
             return Ok(ExitCode::SUCCESS);
         }

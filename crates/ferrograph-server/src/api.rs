@@ -611,6 +611,7 @@ async fn update_state(
         .inner
         .access
         .confine(entry.input_paths, &mut body.values)?;
+    messages_in(&mut body.values)?;
     if let Some(node) = &body.as_node {
         if !wf.info().nodes.iter().any(|n| n == node) {
             return Err(ApiError::new(
@@ -730,6 +731,17 @@ fn resume_of(value: Value, info: &ThreadInfo) -> Resume {
 /// What a run starts with: `input` (an update of the state; `null` or none continues the
 /// thread) or `command` (LangGraph's `Command`: `resume`, `update`, `goto`), not both. Paths in
 /// the input are confined to the server's roots.
+/// [`crate::agent::messages::messages_in`] with its error as a 422.
+fn messages_in(update: &mut Value) -> Result<(), ApiError> {
+    crate::agent::messages::messages_in(update).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            e.to_string(),
+        )
+    })
+}
+
 pub(crate) fn run_input(
     state: &AppState,
     entry: &Entry,
@@ -753,6 +765,7 @@ pub(crate) fn run_input(
                 ));
             }
             state.inner.access.confine(entry.input_paths, &mut v)?;
+            messages_in(&mut v)?;
             JsonInput::Update(v)
         }
         (
@@ -774,6 +787,7 @@ pub(crate) fn run_input(
                         ));
                     }
                     state.inner.access.confine(entry.input_paths, &mut v)?;
+                    messages_in(&mut v)?;
                     Some(v)
                 }
                 None => None,

@@ -19,6 +19,7 @@
 //! is one of ours), and shared responses carry the fields of both.
 
 pub(crate) mod assistants;
+pub(crate) mod messages;
 pub(crate) mod runs;
 pub(crate) mod store;
 pub(crate) mod stream;

@@ -429,6 +429,16 @@ async fn admit(
     if info.graph.is_empty() {
         info.graph = assistant.graph_id.clone();
     }
+    // As LangGraph's server does, a thread's metadata names the graph and assistant that
+    // first ran on it (clients list a graph's threads by them).
+    for (key, value) in [
+        ("graph_id", &assistant.graph_id),
+        ("assistant_id", &assistant.assistant_id),
+    ] {
+        info.metadata
+            .entry(key.to_string())
+            .or_insert_with(|| value.clone());
+    }
     // A thread runs one graph: the entry it is bound to (by registry name or graph name)
     // must be the assistant's.
     let entry = entry_of(state, &info)?;

@@ -144,13 +144,16 @@ impl Converter {
         };
         match kind {
             "values" => {
-                let state = field(d, "state").clone();
+                let mut state = field(d, "state").clone();
+                super::messages::present(&mut state);
                 self.values.insert(ns.to_string(), state.clone());
                 push("values", "values", state);
             }
             "updates" => {
                 let node = field(d, "node").as_str().unwrap_or("").to_string();
-                push("updates", "updates", json!({ node: field(d, "update") }));
+                let mut update = field(d, "update").clone();
+                super::messages::present(&mut update);
+                push("updates", "updates", json!({ node: update }));
             }
             "custom" => push("custom", "custom", field(d, "payload").clone()),
             "interrupt" => {

@@ -82,7 +82,7 @@ pub(crate) fn state_view(thread: &str, graph: &str, s: &JsonSnapshot) -> Value {
         })
         .collect();
     json!({
-        "values": if s.values.is_null() { json!({}) } else { s.values.clone() },
+        "values": if s.values.is_null() { json!({}) } else { presented(&s.values) },
         "next": s.next,
         "checkpoint_id": s.checkpoint_id,
         "parent_id": s.parent_id,
@@ -100,6 +100,13 @@ pub(crate) fn state_view(thread: &str, graph: &str, s: &JsonSnapshot) -> Value {
         },
         "created_at": iso(s.created_at_ms),
     })
+}
+
+/// `values` with our messages dressed for LangChain's clients.
+fn presented(values: &Value) -> Value {
+    let mut v = values.clone();
+    super::messages::present(&mut v);
+    v
 }
 
 /// The state of a thread with no checkpoint yet.
@@ -121,7 +128,10 @@ pub(crate) async fn current_values(state: &AppState, info: &ThreadInfo) -> Value
         return json!({});
     };
     match wf.get_state(&info.thread_id, None).await {
-        Ok(s) if !s.values.is_null() => s.values,
+        Ok(mut s) if !s.values.is_null() => {
+            super::messages::present(&mut s.values);
+            s.values
+        }
         _ => json!({}),
     }
 }
