@@ -17,7 +17,6 @@
 use crate as kernels;
 use crate::{GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
-use parking_lot::Mutex;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
@@ -721,7 +720,7 @@ fn add_rows(x: &mut [f32], bias: &[f32]) {
 /// 2^n written into the exponent bits. Inputs are clamped to [-87, 88], so results stay
 /// normal and finite; NaN stays NaN.
 #[inline(always)]
-fn exp_approx(x: f32) -> f32 {
+pub(crate) fn exp_approx(x: f32) -> f32 {
     // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
     const SHIFT: f32 = 12_582_912.0;
     // ln 2 in two parts, the first exact in few bits so that `n * LN2_HI` is exact.
@@ -760,7 +759,7 @@ fn silu(x: f32) -> f32 {
 }
 
 /// Sum of squares with eight independent lanes (vectorizes without reassociation).
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
@@ -831,7 +830,8 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
 }
 
 /// Causal attention of the `t_n` new rows (positions `pos..`) over the cache; with a
-/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`.
+/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`. See
+/// [`kernels::attention`].
 #[allow(clippy::too_many_arguments)]
 fn attention(
     cfg: &DecoderConfig,
@@ -843,68 +843,13 @@ fn attention(
     window: Option<usize>,
     out: &mut [f32],
 ) {
-    let (hd, heads) = (cfg.head_dim, cfg.heads);
-    let kv = cfg.kv_dim();
-    let group = heads / cfg.kv_heads;
-    let d = cfg.q_dim();
-    let scale = cfg.attn_scale;
-    // Per head: [t][hd], so that each head's output is one disjoint chunk.
-    let mut per_head = vec![0f32; heads * t_n * hd];
-    {
-        let chunks: Vec<Mutex<&mut [f32]>> =
-            per_head.chunks_mut(t_n * hd).map(Mutex::new).collect();
-        let one_head = |h: usize| {
-            let mut dst = chunks[h].lock();
-            let g = h / group;
-            let mut scores = vec![0f32; pos + t_n];
-            for t in 0..t_n {
-                let n = pos + t + 1;
-                let first = window.map_or(0, |w| n.saturating_sub(w));
-                let qv = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                let mut mx = f32::NEG_INFINITY;
-                for (j, s) in scores[first..n].iter_mut().enumerate() {
-                    let j = first + j;
-                    *s = dot8(qv, &kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
-                    mx = mx.max(*s);
-                }
-                let mut sum = 0f32;
-                for s in scores[first..n].iter_mut() {
-                    *s = exp_approx(*s - mx);
-                    sum += *s;
-                }
-                let inv = 1.0 / sum;
-                let o = &mut dst[t * hd..(t + 1) * hd];
-                o.fill(0.0);
-                for (j, s) in scores[first..n].iter().enumerate() {
-                    let j = first + j;
-                    let p = s * inv;
-                    let vr = &vc[j * kv + g * hd..j * kv + (g + 1) * hd];
-                    for (a, b) in o.iter_mut().zip(vr) {
-                        *a += p * b;
-                    }
-                }
-            }
-        };
-        let pool = kernels::pool::global();
-        if t_n > 1 && pool.threads() > 1 {
-            let n = pool.threads();
-            pool.run(&|tid| {
-                for h in (tid..heads).step_by(n) {
-                    one_head(h);
-                }
-            });
-        } else {
-            for h in 0..heads {
-                one_head(h);
-            }
-        }
-    }
-    for t in 0..t_n {
-        for h in 0..heads {
-            out[t * d + h * hd..t * d + (h + 1) * hd]
-                .copy_from_slice(&per_head[(h * t_n + t) * hd..(h * t_n + t + 1) * hd]);
-        }
-    }
+    let shape = kernels::attention::Shape {
+        heads: cfg.heads,
+        kv_heads: cfg.kv_heads,
+        head_dim: cfg.head_dim,
+        scale: cfg.attn_scale,
+    };
+    kernels::attention::attention(&shape, q, kc, vc, pos, t_n, window, out);
 }
 
 /// Which forward pass runs a model (`ferrograph_llm::LoadOptions::kernels`).

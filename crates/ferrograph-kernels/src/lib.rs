@@ -37,6 +37,7 @@
 #![allow(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod attention;
 pub mod decoder;
 pub mod gguf_meta;
 pub mod pool;
