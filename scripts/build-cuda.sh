@@ -39,29 +39,39 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 toolkit="$site/nvidia/cu13"
-if [ ! -x "$toolkit/bin/nvcc" ] || [ ! -e "$toolkit/lib/libcublas.so.13" ]; then
-    echo "== installing the CUDA compiler and libraries from PyPI ($version)"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        "nvidia-cuda-nvcc==$version" "nvidia-cuda-crt==$version" "nvidia-nvvm==$version" \
-        "nvidia-cuda-runtime==$version" "nvidia-cuda-nvrtc==$version" \
-        "nvidia-cublas==$version" "nvidia-curand" "nvidia-cuda-cccl>=13,<14"
+# The compiler (and the runtime and headers candle's kernels build against); a build that
+# links also needs the libraries candle calls.
+wheels=("nvidia-cuda-nvcc==$version" "nvidia-cuda-crt==$version" "nvidia-nvvm==$version"
+    "nvidia-cuda-runtime==$version" "nvidia-cuda-cccl>=13,<14")
+have="$toolkit/bin/nvcc"
+what="compiler"
+if [ "$check" = 0 ]; then
+    what="compiler and libraries"
+    wheels+=("nvidia-cuda-nvrtc==$version" "nvidia-cublas==$version" "nvidia-curand")
+    have="$toolkit/lib/libcublas.so.13"
+fi
+if [ ! -e "$have" ] || [ ! -x "$toolkit/bin/nvcc" ]; then
+    echo "== installing the CUDA $what from PyPI ($version)"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${wheels[@]}"
 fi
 
-# Unversioned names for the linker, and the driver stub.
-for lib in cublas cublasLt nvrtc curand cudart; do
-    real="$(ls "$toolkit/lib/lib$lib.so."* | grep -v builtins | grep -v '\.alt\.' | head -n 1)"
-    ln -sf "$(basename "$real")" "$toolkit/lib/lib$lib.so"
-done
-mkdir -p "$toolkit/lib/stubs"
-if [ ! -e "$toolkit/lib/stubs/libcuda.so" ]; then
-    cudarc="$(cargo metadata --format-version 1 --locked --features ferrograph-cli/cuda 2>/dev/null |
-        "$venv/bin/python" -c 'import json,sys; m=json.load(sys.stdin); print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="cudarc"))')"
-    sys_rs="$(dirname "$cudarc")/src/driver/sys/mod.rs"
-    stub_c="$CARGO_TARGET_DIR/libcuda-stub.c"
-    mkdir -p "$CARGO_TARGET_DIR"
-    sed -n 's/^pub unsafe fn \(cu[A-Za-z0-9_]*\)(.*/void \1(void) {}/p' "$sys_rs" | sort -u >"$stub_c"
-    echo "== driver stub: $(wc -l <"$stub_c") functions from $sys_rs"
-    cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$toolkit/lib/stubs/libcuda.so" "$stub_c"
+if [ "$check" = 0 ]; then
+    # Unversioned names for the linker, and the driver stub.
+    for lib in cublas cublasLt nvrtc curand cudart; do
+        real="$(ls "$toolkit/lib/lib$lib.so."* | grep -v builtins | grep -v '\.alt\.' | head -n 1)"
+        ln -sf "$(basename "$real")" "$toolkit/lib/lib$lib.so"
+    done
+    mkdir -p "$toolkit/lib/stubs"
+    if [ ! -e "$toolkit/lib/stubs/libcuda.so" ]; then
+        cudarc="$(cargo metadata --format-version 1 --locked --features ferrograph-cli/cuda 2>/dev/null |
+            "$venv/bin/python" -c 'import json,sys; m=json.load(sys.stdin); print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="cudarc"))')"
+        sys_rs="$(dirname "$cudarc")/src/driver/sys/mod.rs"
+        stub_c="$CARGO_TARGET_DIR/libcuda-stub.c"
+        mkdir -p "$CARGO_TARGET_DIR"
+        sed -n 's/^pub unsafe fn \(cu[A-Za-z0-9_]*\)(.*/void \1(void) {}/p' "$sys_rs" | sort -u >"$stub_c"
+        echo "== driver stub: $(wc -l <"$stub_c") functions from $sys_rs"
+        cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$toolkit/lib/stubs/libcuda.so" "$stub_c"
+    fi
 fi
 
 export CUDA_HOME="$toolkit" CUDA_PATH="$toolkit" CUDA_ROOT="$toolkit" NVCC="$toolkit/bin/nvcc"
