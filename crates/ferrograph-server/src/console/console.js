@@ -160,27 +160,34 @@ async function selectThread(id) {
   await refreshDetail();
 }
 
+// Refreshes overlap (the poll, a run's end event, a resume): only the newest may write, so a
+// slow older one cannot put a stale state under a newer status. The thread is read first and
+// its state after (so the state is at least as new as the status), and both are shown together.
 async function refreshDetail() {
   const id = state.selected;
   if (!id) return;
+  const gen = state.detailGen = (state.detailGen || 0) + 1;
+  const stale = () => id !== state.selected || gen !== state.detailGen;
   let t;
   try { t = await api("GET", "/threads/" + encodeURIComponent(id)); }
-  catch (e) { $("d-meta").textContent = e.message; return; }
-  if (id !== state.selected) return;
-  renderThread(t);
-  refreshGraph(id);
+  catch (e) { if (!stale()) $("d-meta").textContent = e.message; return; }
+  if (stale()) return;
+  let snap, hist, failure = null;
   try {
-    const [snap, hist] = await Promise.all([
+    [snap, hist] = await Promise.all([
       api("GET", "/threads/" + encodeURIComponent(id) + "/state"),
       api("GET", "/threads/" + encodeURIComponent(id) + "/history?limit=50"),
     ]);
-    if (id !== state.selected) return;
-    $("d-state").textContent = JSON.stringify(snap.values, null, 2);
-    $("history-rows").replaceChildren(...hist.history.map((h) => el("tr", {},
-      el("td", {}, h.step), el("td", {}, typeof h.source === "string" ? h.source : JSON.stringify(h.source)),
-      el("td", { class: "mono" }, h.writers.join(", ")), el("td", { class: "mono" }, h.next.join(", ")),
-      el("td", { class: "muted small" }, ago(h.created_at_ms)))));
-  } catch (e) { $("d-state").textContent = e.message; }
+  } catch (e) { failure = e; }
+  if (stale()) return;
+  renderThread(t);
+  refreshGraph(id);
+  if (failure) { $("d-state").textContent = failure.message; return; }
+  $("d-state").textContent = JSON.stringify(snap.values, null, 2);
+  $("history-rows").replaceChildren(...hist.history.map((h) => el("tr", {},
+    el("td", {}, h.step), el("td", {}, typeof h.source === "string" ? h.source : JSON.stringify(h.source)),
+    el("td", { class: "mono" }, h.writers.join(", ")), el("td", { class: "mono" }, h.next.join(", ")),
+    el("td", { class: "muted small" }, ago(h.created_at_ms)))));
 }
 
 // The thread's graph as inline SVG (the server draws it with the node that runs or waits now
