@@ -1,6 +1,7 @@
 //! `bench_llm`: load time, time to first token, prefill and decode speed and peak memory of a
 //! GGUF model on this machine (what `ferrograph bench llm` prints).
 
+use ferrograph_llm::sampling::argmax;
 use ferrograph_llm::DeviceKind;
 use ferrograph_llm::Engine;
 use ferrograph_llm::LlmError;
@@ -80,18 +81,6 @@ fn agreement(
     let on_device = engine.teacher_forced_logits(head, tail)?;
     let mut cpu = Engine::load(path, &LoadOptions::default())?;
     let on_cpu = cpu.teacher_forced_logits(head, tail)?;
-    let argmax = |row: &[f32]| {
-        row.iter()
-            .enumerate()
-            .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-                if v > best.1 {
-                    (i, v)
-                } else {
-                    best
-                }
-            })
-            .0
-    };
     let mut report = DeviceAgreement {
         positions: on_device.len(),
         top1_same: 0,

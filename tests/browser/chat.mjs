@@ -4,9 +4,7 @@
 // A question: the answer arrives as several streamed tokens and ends as the final answer. A
 // two-question quiz: each question shows four option buttons; the second shows the feedback
 // on the first; the summary is the last answer. A reload of the page shows the conversation.
-import { chromium } from "playwright-core";
-import fs from "node:fs";
-import os from "node:os";
+import { launch } from "./launch.mjs";
 import path from "node:path";
 
 const base = process.argv[2];
@@ -15,18 +13,9 @@ if (!base) {
   process.exit(2);
 }
 const shots = process.env.SCREENSHOT_DIR || "/tmp";
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "ferrograph-chromium-"));
 const problems = [];
 
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1100, height: 900 },
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const { context, close } = await launch({ width: 1100, height: 900 });
 let failed = false;
 try {
   const page = context.pages()[0] || (await context.newPage());
@@ -85,7 +74,6 @@ try {
     if (page) await page.screenshot({ path: path.join(shots, "ferrograph-chat-failure.png"), fullPage: true });
   } catch (_) { /* best effort */ }
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

@@ -3,9 +3,7 @@
 // and see the revised stories gate, approve; see the deployment gate (quality score, the CI
 // configuration, the runbook), approve, and see the run end deployed.
 // Usage: node team.mjs http://127.0.0.1:PORT BRIEF_DIR
-import { chromium } from "playwright-core";
-import fs from "node:fs";
-import os from "node:os";
+import { launch } from "./launch.mjs";
 import path from "node:path";
 
 const [base, brief] = process.argv.slice(2);
@@ -14,14 +12,8 @@ if (!base || !brief) {
   process.exit(2);
 }
 const shots = process.env.SCREENSHOT_DIR || "/tmp";
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "ferrograph-chromium-"));
 const problems = [];
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1360, height: 1000 },
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-});
+const { context, close } = await launch({ width: 1360, height: 1000 });
 let failed = false;
 try {
   const page = context.pages()[0] || (await context.newPage());
@@ -69,7 +61,6 @@ try {
   failed = true;
   console.error(e);
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

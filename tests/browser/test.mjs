@@ -3,9 +3,7 @@
 // Usage: node test.mjs http://127.0.0.1:PORT [--token TOKEN]
 // With --token, the server requires a bearer token: the console must ask for it, then send it
 // with every call (and read the live events with fetch, since EventSource cannot send it).
-import { chromium } from "playwright-core";
-import fs from "node:fs";
-import os from "node:os";
+import { launch } from "./launch.mjs";
 import path from "node:path";
 
 const base = process.argv[2];
@@ -17,19 +15,10 @@ if (!base || (tokenAt > 0 && !token)) {
 }
 const tag = token ? "-token" : "";
 const shots = process.env.SCREENSHOT_DIR || "/tmp";
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "ferrograph-chromium-"));
 const title = `Browser test ${Date.now()}`;
 const problems = [];
 
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1360, height: 900 },
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const { context, close } = await launch({ width: 1360, height: 900 });
 let failed = false;
 try {
   const page = context.pages()[0] || (await context.newPage());
@@ -99,7 +88,6 @@ try {
     if (page) await page.screenshot({ path: path.join(shots, `ferrograph-console${tag}-failure.png`), fullPage: true });
   } catch (_) { /* best effort */ }
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

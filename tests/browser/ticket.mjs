@@ -2,9 +2,7 @@
 // fixture, see the gate's unified diff rendered with added/removed lines and coloured code,
 // approve, see the run end with its pull request.
 // Usage: node ticket.mjs http://127.0.0.1:PORT FIXTURE_DIR
-import { chromium } from "playwright-core";
-import fs from "node:fs";
-import os from "node:os";
+import { launch } from "./launch.mjs";
 import path from "node:path";
 
 const [base, fixture] = process.argv.slice(2);
@@ -13,14 +11,8 @@ if (!base || !fixture) {
   process.exit(2);
 }
 const shots = process.env.SCREENSHOT_DIR || "/tmp";
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "ferrograph-chromium-"));
 const problems = [];
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1360, height: 1000 },
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-});
+const { context, close } = await launch({ width: 1360, height: 1000 });
 let failed = false;
 try {
   const page = context.pages()[0] || (await context.newPage());
@@ -63,7 +55,6 @@ try {
   failed = true;
   console.error(e);
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

@@ -1,18 +1,13 @@
 // LangGraph's agent chat UI (the Vite template of create-agent-chat-app, built unchanged by
-// scripts/chat-ui-test.sh) against `ferrograph serve`, in headless Chromium: one chat turn
+// scripts/setup-chat-ui.sh; run by scripts/sdk-test.sh) against `ferrograph serve`, in headless Chromium: one chat turn
 // with the `chatbot` graph on the real local model, then a reload that must show the same
 // conversation from the thread's state.
 //
 // Usage: node tests/chat-ui/turn.mjs UI_URL API_URL
 // The answer is judged as a person would: prose of a few words, no loop, and the fact asked
 // for. Screenshots go to $SCREENSHOT_DIR (default /tmp).
-import { createRequire } from "node:module";
-import fs from "node:fs";
-import os from "node:os";
+import { launch } from "../browser/launch.mjs";
 import path from "node:path";
-
-const require = createRequire(new URL("../browser/package.json", import.meta.url));
-const { chromium } = require("playwright-core");
 
 const [ui, api] = process.argv.slice(2);
 if (!ui || !api) {
@@ -22,7 +17,6 @@ if (!ui || !api) {
 const shots = process.env.SCREENSHOT_DIR || "/tmp";
 const question = "What color is the sky on a clear day?";
 const problems = [];
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "ferrograph-chat-ui-"));
 
 /** Why `text` is not an answer a person would accept, or null. */
 function unusable(text) {
@@ -38,15 +32,7 @@ function unusable(text) {
   return null;
 }
 
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1100, height: 800 },
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const { context, close } = await launch({ width: 1100, height: 800 });
 let failed = false;
 try {
   const page = context.pages()[0] || (await context.newPage());
@@ -135,7 +121,6 @@ try {
     await page.screenshot({ path: path.join(shots, "ferrograph-agent-chat-ui-failure.png") });
   } catch {}
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

@@ -131,10 +131,7 @@ fn index_path(data_dir: &Path, name: &str) -> Result<PathBuf> {
 }
 
 fn load_embedder(model: &str, device: Option<&str>, batch: usize) -> Result<BertEmbedder> {
-    let device = match device {
-        Some(d) => d.parse()?,
-        None => ferrograph_llm::DeviceKind::from_env()?,
-    };
+    let device = ferrograph_llm::DeviceKind::from_flag_or_env(device)?;
     let opts = EmbedOptions {
         device,
         batch_size: batch,

@@ -1224,10 +1224,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     device,
                 },
         } => {
-            let device = match device {
-                Some(d) => d.parse::<ferrograph_llm::DeviceKind>()?,
-                None => ferrograph_llm::DeviceKind::from_env()?,
-            };
+            let device = ferrograph_llm::DeviceKind::from_flag_or_env(device.as_deref())?;
             let path = match model {
                 None => ferrograph_llm::manifest::default_chat_model_path()?,
                 Some(m) if std::path::Path::new(&m).exists() => PathBuf::from(m),

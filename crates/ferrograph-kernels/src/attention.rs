@@ -11,13 +11,13 @@
 //!   are merged exactly (rescaling each by `exp(max_block - max)`). A single decoded row is
 //!   thus spread over every thread; prefill rows, which are many, take one block each.
 //!
-//! Scores are kept per block (at most [`BLOCK`] keys per head at a time during a split), never
-//! as a whole row-by-key matrix.
+//! Scores are kept for one block of one row at a time (per head of the group), never as a whole
+//! row-by-key matrix.
 
 use crate::decoder::{dot8, exp_approx};
 use parking_lot::Mutex;
 
-/// Keys per block when a row's keys are split over threads.
+/// The fewest keys per block when a row's keys are split over threads.
 pub const BLOCK: usize = 256;
 
 /// The shape of one attention call.
@@ -136,15 +136,9 @@ pub fn attention(
                 let len = keys.len().div_ceil(splits);
                 let a = (keys.start + sp * len).min(keys.end);
                 let b = (a + len).min(keys.end);
+                // An empty block (more splits than keys) comes out with a sum of 0, which
+                // drops out of the merge.
                 let mut slot = slots[item].lock();
-                if a == b {
-                    // An empty block: nothing to add (its sum of 0 drops out of the merge).
-                    for h in 0..group {
-                        slot[h * stride] = f32::NEG_INFINITY;
-                        slot[h * stride + 1] = 0.0;
-                    }
-                    continue;
-                }
                 block(
                     s,
                     &q[t * d..(t + 1) * d],

@@ -601,6 +601,12 @@ impl DecoderModel {
         // Element-wise work and activation quantization are split over the kernels' pool by
         // token rows (one token, as in decode, runs on the calling thread).
         let pool = kernels::pool::global();
+        let shape = kernels::attention::Shape {
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            head_dim: cfg.head_dim,
+            scale: cfg.attn_scale,
+        };
         for (li, layer) in w.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
             act.quantize_on(pool, &h, d);
@@ -635,7 +641,7 @@ impl DecoderModel {
             }
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            attention(cfg, &q, kc, vc, pos, t_n, window, &mut attn);
+            kernels::attention::attention(&shape, &q, kc, vc, pos, t_n, window, &mut attn);
             act.quantize_on(pool, &attn, qd);
             kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
             if let Some(n) = &layer.post_attn_norm {
@@ -827,29 +833,6 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
             }
         }
     }
-}
-
-/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache; with a
-/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`. See
-/// [`kernels::attention`].
-#[allow(clippy::too_many_arguments)]
-fn attention(
-    cfg: &DecoderConfig,
-    q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    pos: usize,
-    t_n: usize,
-    window: Option<usize>,
-    out: &mut [f32],
-) {
-    let shape = kernels::attention::Shape {
-        heads: cfg.heads,
-        kv_heads: cfg.kv_heads,
-        head_dim: cfg.head_dim,
-        scale: cfg.attn_scale,
-    };
-    kernels::attention::attention(&shape, q, kc, vc, pos, t_n, window, out);
 }
 
 /// Which forward pass runs a model (`ferrograph_llm::LoadOptions::kernels`).

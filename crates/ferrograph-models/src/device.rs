@@ -24,6 +24,14 @@ impl DeviceKind {
             Err(_) => Ok(DeviceKind::Cpu),
         }
     }
+
+    /// The device a `--device` flag names, else [`DeviceKind::from_env`].
+    pub fn from_flag_or_env(flag: Option<&str>) -> Result<Self, LlmError> {
+        match flag {
+            Some(d) => d.parse(),
+            None => Self::from_env(),
+        }
+    }
 }
 
 impl std::str::FromStr for DeviceKind {

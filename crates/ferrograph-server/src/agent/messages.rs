@@ -14,6 +14,7 @@
 //!   `additional_kwargs`, `response_metadata`, `usage_metadata`, tool calls with `type`),
 //!   keeping its own, so both our console and LangChain's clients read it.
 
+use ferrograph::core::{Json, Message, MessageOp, MessagesUpdate, ToolCall, ToolStatus};
 use serde_json::{json, Map, Value};
 
 /// LangGraph's id for "remove every message".
@@ -39,78 +40,79 @@ pub(crate) fn messages_in(update: &mut Value) -> Result<(), MessagesError> {
     for (i, item) in items.into_iter().enumerate() {
         ops.push(op_of(item).map_err(|e| MessagesError(format!("item {i}: {e}")))?);
     }
-    *field = Value::Array(ops);
+    *field = serde_json::to_value(MessagesUpdate(ops)).map_err(|e| MessagesError(e.to_string()))?;
     Ok(())
 }
 
 /// One item of a `messages` list as a messages-rule operation.
-fn op_of(item: Value) -> Result<Value, String> {
+fn op_of(item: Value) -> Result<MessageOp, String> {
+    if let Ok(op) = serde_json::from_value::<MessageOp>(item.clone()) {
+        return Ok(op); // already an operation
+    }
     match item {
-        Value::String(s) if s == "remove_all" => Ok(Value::String(s)),
-        Value::String(text) => Ok(upsert(message("human", None, text, &Map::new())?)),
+        Value::String(text) => Ok(Message::human(text).into()),
         Value::Array(pair) => match pair.as_slice() {
             [Value::String(role), content] => {
-                let text = text_of(content)?;
-                Ok(upsert(message(role, None, text, &Map::new())?))
+                Ok(message(role, text_of(content)?, &Map::new())?.into())
             }
             _ => Err("a pair is [role, content]".into()),
         },
         Value::Object(o) => {
-            if o.len() == 1
-                && (o.contains_key("upsert") || o.contains_key("remove"))
-                && o.values().all(Value::is_object)
-            {
-                return Ok(Value::Object(o)); // already an operation
-            }
             let kind = o
                 .get("type")
                 .or_else(|| o.get("role"))
                 .and_then(Value::as_str)
-                .ok_or("a message has `type` (or `role`) and `content`")?
-                .to_string();
-            let id = o
-                .get("id")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty());
+                .ok_or("a message has `type` (or `role`) and `content`")?;
             if kind == "remove" {
-                let id = id.ok_or("a RemoveMessage needs the `id` of the message to remove")?;
+                let id =
+                    id_of(&o).ok_or("a RemoveMessage needs the `id` of the message to remove")?;
                 return Ok(if id == REMOVE_ALL {
-                    json!("remove_all")
+                    MessageOp::RemoveAll
                 } else {
-                    json!({ "remove": { "id": id } })
+                    MessageOp::remove(id)
                 });
             }
             let content = o.get("content").ok_or("a message has `content`")?;
-            let text = text_of(content)?;
-            Ok(upsert(message(&kind, id, text, &o)?))
+            Ok(message(kind, text_of(content)?, &o)?.into())
         }
         _ => Err("a message is a string, a [role, content] pair or an object".into()),
     }
 }
 
-fn upsert(message: Value) -> Value {
-    json!({ "upsert": { "message": message } })
+/// A message's non-empty `id`.
+fn id_of(o: &Map<String, Value>) -> Option<&str> {
+    o.get("id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
-/// Our message from LangChain's fields.
-fn message(
-    kind: &str,
-    id: Option<&str>,
-    text: String,
-    o: &Map<String, Value>,
-) -> Result<Value, String> {
-    let role = match kind {
-        "human" | "user" => "human",
-        "ai" | "assistant" | "AIMessageChunk" => "ai",
-        "system" | "developer" => "system",
-        "tool" => "tool",
+/// Our message from LangChain's fields (a fresh id when it has none).
+fn message(kind: &str, text: String, o: &Map<String, Value>) -> Result<Message, String> {
+    let string = |key: &str| o.get(key).and_then(Value::as_str).map(str::to_string);
+    let mut m = match kind {
+        "human" | "user" => Message::human(text),
+        "ai" | "assistant" | "AIMessageChunk" => Message::ai(text),
+        "system" | "developer" => Message::system(text),
+        "tool" => {
+            let status = match o.get("status").and_then(Value::as_str) {
+                Some("error") => ToolStatus::Error,
+                _ => ToolStatus::Success,
+            };
+            // The call it answers: its id and tool name are set from the message below.
+            let call = ToolCall {
+                id: String::new(),
+                name: String::new(),
+                args: Json(json!({})),
+            };
+            Message::tool(&call, status, text)
+        }
         other => {
             return Err(format!(
                 "unknown message type `{other}` (human, ai, system, tool or remove)"
             ))
         }
     };
-    let tool_calls = match o.get("tool_calls") {
+    m.tool_calls = match o.get("tool_calls") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(calls)) => calls
             .iter()
@@ -119,36 +121,25 @@ fn message(
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or("a tool call has a `name`")?;
-                let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
-                let args = c.get("args").cloned().unwrap_or(json!({}));
-                Ok(json!({ "id": id, "name": name, "args": args }))
+                Ok(ToolCall {
+                    id: c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .into(),
+                    name: name.into(),
+                    args: Json(c.get("args").cloned().unwrap_or(json!({}))),
+                })
             })
             .collect::<Result<_, String>>()?,
         Some(_) => return Err("`tool_calls` is a list".into()),
     };
-    let tool_status = match o.get("status").and_then(Value::as_str) {
-        Some("error") => json!("error"),
-        Some(_) if role == "tool" => json!("success"),
-        _ => Value::Null,
-    };
-    let name = o
-        .get("name")
-        .filter(|n| n.is_string())
-        .cloned()
-        .unwrap_or(Value::Null);
-    let id = id.map_or_else(|| format!("msg-{}", uuid::Uuid::now_v7()), str::to_string);
-    Ok(json!({
-        "id": id,
-        "role": role,
-        "content": text,
-        "tool_calls": tool_calls,
-        "tool_call_id": o.get("tool_call_id").filter(|v| v.is_string()).cloned().unwrap_or(Value::Null),
-        "name": name,
-        "tool_status": tool_status,
-        "usage": null,
-        "finish_reason": null,
-        "metadata": {},
-    }))
+    m.tool_call_id = string("tool_call_id");
+    m.name = string("name");
+    if let Some(id) = id_of(o) {
+        m.id = id.to_string();
+    }
+    Ok(m)
 }
 
 /// The text of LangChain content: a string, or a list of blocks whose text parts are joined.
