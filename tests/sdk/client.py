@@ -124,6 +124,14 @@ def main():
         check(len(report.get("root_cause", "").split()) >= 5 and report.get("root_cause") != report.get("suggested_fix"),
               "triage's report has a root cause of its own", report)
 
+    # A chat turn on `chatbot` (the real model), messages written and read LangChain's way.
+    chat = client.threads.create()
+    out = client.runs.wait(chat["thread_id"], "chatbot",
+                           input={"messages": [{"role": "user", "content": "What color is the sky on a clear day?"}]})
+    last = out["messages"][-1]
+    check([m["type"] for m in out["messages"]] == ["human", "ai"] and "blue" in last["content"].lower(),
+          "runs.wait answers LangChain messages", out["messages"])
+
     # Store.
     client.store.put_item(["users", "ann"], "prefs", {"tone": "short"})
     item = client.store.get_item(["users", "ann"], "prefs")

@@ -370,6 +370,7 @@ fn result_of(outcome: &JsonOutcome) -> Value {
     } else {
         json!({})
     };
+    super::messages::present(&mut v);
     if !outcome.interrupts.is_empty() {
         let list: Vec<Value> = outcome.interrupts.iter().map(interrupt_json).collect();
         v["__interrupt__"] = Value::Array(list);
