@@ -17,6 +17,7 @@
 use crate as kernels;
 use crate::{GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
+use parking_lot::Mutex;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
@@ -601,12 +602,6 @@ impl DecoderModel {
         // Element-wise work and activation quantization are split over the kernels' pool by
         // token rows (one token, as in decode, runs on the calling thread).
         let pool = kernels::pool::global();
-        let shape = kernels::attention::Shape {
-            heads: cfg.heads,
-            kv_heads: cfg.kv_heads,
-            head_dim: cfg.head_dim,
-            scale: cfg.attn_scale,
-        };
         for (li, layer) in w.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
             act.quantize_on(pool, &h, d);
@@ -641,7 +636,7 @@ impl DecoderModel {
             }
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            kernels::attention::attention(&shape, &q, kc, vc, pos, t_n, window, &mut attn);
+            attention(cfg, &q, kc, vc, pos, t_n, window, &mut attn);
             act.quantize_on(pool, &attn, qd);
             kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
             if let Some(n) = &layer.post_attn_norm {
@@ -726,7 +721,7 @@ fn add_rows(x: &mut [f32], bias: &[f32]) {
 /// 2^n written into the exponent bits. Inputs are clamped to [-87, 88], so results stay
 /// normal and finite; NaN stays NaN.
 #[inline(always)]
-pub(crate) fn exp_approx(x: f32) -> f32 {
+fn exp_approx(x: f32) -> f32 {
     // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
     const SHIFT: f32 = 12_582_912.0;
     // ln 2 in two parts, the first exact in few bits so that `n * LN2_HI` is exact.
@@ -765,7 +760,7 @@ fn silu(x: f32) -> f32 {
 }
 
 /// Sum of squares with eight independent lanes (vectorizes without reassociation).
-pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
@@ -831,6 +826,83 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
                     head[2 * i + 1] = a * s[i] + b * c[i];
                 }
             }
+        }
+    }
+}
+
+/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache; with a
+/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    cfg: &DecoderConfig,
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    pos: usize,
+    t_n: usize,
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    let (hd, heads) = (cfg.head_dim, cfg.heads);
+    let kv = cfg.kv_dim();
+    let group = heads / cfg.kv_heads;
+    let d = cfg.q_dim();
+    let scale = cfg.attn_scale;
+    // Per head: [t][hd], so that each head's output is one disjoint chunk.
+    let mut per_head = vec![0f32; heads * t_n * hd];
+    {
+        let chunks: Vec<Mutex<&mut [f32]>> =
+            per_head.chunks_mut(t_n * hd).map(Mutex::new).collect();
+        let one_head = |h: usize| {
+            let mut dst = chunks[h].lock();
+            let g = h / group;
+            let mut scores = vec![0f32; pos + t_n];
+            for t in 0..t_n {
+                let n = pos + t + 1;
+                let first = window.map_or(0, |w| n.saturating_sub(w));
+                let qv = &q[t * d + h * hd..t * d + (h + 1) * hd];
+                let mut mx = f32::NEG_INFINITY;
+                for (j, s) in scores[first..n].iter_mut().enumerate() {
+                    let j = first + j;
+                    *s = dot8(qv, &kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
+                    mx = mx.max(*s);
+                }
+                let mut sum = 0f32;
+                for s in scores[first..n].iter_mut() {
+                    *s = exp_approx(*s - mx);
+                    sum += *s;
+                }
+                let inv = 1.0 / sum;
+                let o = &mut dst[t * hd..(t + 1) * hd];
+                o.fill(0.0);
+                for (j, s) in scores[first..n].iter().enumerate() {
+                    let j = first + j;
+                    let p = s * inv;
+                    let vr = &vc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                    for (a, b) in o.iter_mut().zip(vr) {
+                        *a += p * b;
+                    }
+                }
+            }
+        };
+        let pool = kernels::pool::global();
+        if t_n > 1 && pool.threads() > 1 {
+            let n = pool.threads();
+            pool.run(&|tid| {
+                for h in (tid..heads).step_by(n) {
+                    one_head(h);
+                }
+            });
+        } else {
+            for h in 0..heads {
+                one_head(h);
+            }
+        }
+    }
+    for t in 0..t_n {
+        for h in 0..heads {
+            out[t * d + h * hd..t * d + (h + 1) * hd]
+                .copy_from_slice(&per_head[(h * t_n + t) * hd..(h * t_n + t + 1) * hd]);
         }
     }
 }

@@ -37,7 +37,6 @@
 #![allow(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod attention;
 pub mod decoder;
 pub mod gguf_meta;
 pub mod pool;
