@@ -117,6 +117,15 @@ pub enum LlmError {
     /// The model actor stopped (it panicked or was shut down).
     #[error("model actor stopped: {0}")]
     ActorStopped(String),
+    /// The cluster node serving the model was lost during the call (it exited, was killed,
+    /// or the network to it is cut), or no node of the cluster serves the model now.
+    #[error("cluster node {node} lost: {message}")]
+    NodeLost {
+        /// The node's name (`none` when no node serves the model).
+        node: String,
+        /// What was seen.
+        message: String,
+    },
     /// Fetching a model from its registry (PyPI) failed (`ferrograph-models` builds it: when
     /// the registry cannot be reached the message says how to get the models onto an
     /// offline machine). The message holds the cause, so `{:#}` printing stays one line.
@@ -160,6 +169,7 @@ impl LlmError {
                 | LlmError::Overloaded(_)
                 | LlmError::Timeout(_)
                 | LlmError::ActorStopped(_)
+                | LlmError::NodeLost { .. }
         )
     }
 

@@ -5,6 +5,7 @@ mod bench_tutor;
 mod bench_workflow;
 mod bundle;
 mod chat;
+mod cluster;
 mod config;
 mod eval;
 mod eval_tutor;
@@ -124,6 +125,14 @@ enum Command {
         /// Continue this conversation (default: a new thread).
         #[arg(long)]
         thread: Option<String>,
+    },
+    /// Runs a cluster node: joins other ferrograph nodes (ractor_cluster, authenticated by a
+    /// shared cookie; loopback only unless TLS is configured) and serves models to them.
+    Node(cluster::NodeArgs),
+    /// The cluster of nodes: `status` lists them, their labels, models and load.
+    Cluster {
+        #[command(subcommand)]
+        what: ClusterCommand,
     },
     /// Lists the workflows this binary can run.
     Workflows,
@@ -407,6 +416,12 @@ enum ThreadsCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Joins the cluster for a moment and lists its nodes and models.
+    Status(cluster::StatusArgs),
+}
+
+#[derive(Subcommand, Debug)]
 enum BenchCommand {
     /// Graph overhead: a 10-node chain and a 100-way fan-out with a join.
     Graph {
@@ -548,7 +563,8 @@ impl App {
         let sled = saver.clone();
         let saver = ferrograph::checkpoint_savers::EncryptedSaver::from_env(saver)?;
         let runtime = Runtime::new().await?;
-        let settings = workflow_settings(&config)?;
+        let cluster_llm = cluster::chat_model_from_env().await?;
+        let settings = workflow_settings(&config, cluster_llm)?;
         let registry = builtin_registry(&runtime, saver.clone(), &settings).await?;
         Ok(App {
             config,
@@ -693,7 +709,10 @@ async fn builtin_registry(
     Ok(r)
 }
 
-fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
+fn workflow_settings(
+    config: &Config,
+    cluster_llm: Option<Arc<dyn ferrograph_chat::ChatModel>>,
+) -> Result<ferrograph::WorkflowSettings> {
     let lookup = |name: &str| {
         std::env::var(name)
             .ok()
@@ -747,6 +766,10 @@ fn workflow_settings(config: &Config) -> Result<ferrograph::WorkflowSettings> {
     let none = |v: Option<String>| v.is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
     if none(lookup("FERROGRAPH_DEFAULT_MODEL")) || none(std::env::var("FERROGRAPH_MODEL").ok()) {
         return Ok(settings(None, None));
+    }
+    // The cluster's models (FERROGRAPH_CLUSTER_JOIN) take the place of a local or remote one.
+    if let Some(model) = cluster_llm {
+        return Ok(settings(Some(model), None));
     }
     let provider = ferrograph_llm::Provider::from_lookup(lookup);
     // A model the user named (a path, a manifest name, FERROGRAPH_MODEL, a remote server)
@@ -1192,6 +1215,10 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         return store_command(&cli, what);
     }
     match cli.command {
+        Command::Node(args) => return cluster::node_command(args).await,
+        Command::Cluster {
+            what: ClusterCommand::Status(args),
+        } => return cluster::status_command(args).await,
         Command::Bench {
             what: BenchCommand::Graph { json, quick, runs },
         } => {
@@ -1596,6 +1623,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { .. }
+        | Command::Node(_)
+        | Command::Cluster { .. }
         | Command::Store { .. }
         | Command::Models { .. }
         | Command::Index { .. }

@@ -65,6 +65,10 @@ pub(crate) enum CoordMsg<S: State> {
     RunCancelled { gen: u64 },
 }
 
+/// Local only: never sent to another node (ractor's `cluster` feature asks every message
+/// type to say whether it serializes; this one does not).
+impl<S: State> ractor::Message for CoordMsg<S> {}
+
 /// How a run ended.
 pub(crate) enum RunEnd<S: State> {
     Done {

@@ -116,6 +116,10 @@ pub(crate) enum AgentMsg<S: State> {
     Execute(Box<TaskRequest<S>>),
 }
 
+/// Local only: never sent to another node (ractor's `cluster` feature asks every message
+/// type to say whether it serializes; this one does not).
+impl<S: State> ractor::Message for AgentMsg<S> {}
+
 /// The agent actor: runs one node's tasks.
 pub(crate) struct AgentActor<S: State> {
     pool: Weak<AgentPool<S>>,
@@ -233,6 +237,10 @@ pub(crate) enum SupervisorMsg {
     /// A node escalated (this says why): fail.
     Escalate(String),
 }
+
+/// Local only: never sent to another node (ractor's `cluster` feature asks every message
+/// type to say whether it serializes; this one does not).
+impl ractor::Message for SupervisorMsg {}
 
 impl<S: State> Actor for PoolSupervisor<S> {
     type Msg = SupervisorMsg;
