@@ -77,6 +77,8 @@ impl ConnArgs {
         for addr in &self.join {
             let peer = node.join(addr).await?;
             crate::print::line(format!("joined {} at {addr}", peer.name));
+            // Transitive connections to the joined node's peers open right after.
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
         Ok(())
     }
@@ -94,48 +96,57 @@ pub(crate) struct NodeArgs {
     /// Labels placement can ask for, comma-separated (`gpu,big-model`).
     #[arg(long, value_delimiter = ',')]
     labels: Vec<String>,
-    /// A model to serve to the cluster: a manifest name (`smollm2`), `NAME=PATH` for a GGUF
-    /// file, or `echo[:MS]`, a test model that repeats the question word by word (MS
+    /// A model to serve to the cluster: `default` (SmolLM2, or FERROGRAPH_MODEL), a manifest
+    /// name (`gemma3-270m-q4_k_m`), a GGUF path, `NAME=` any of those to serve it as NAME, or `echo[:MS]`, a test model that repeats the question word by word (MS
     /// milliseconds a word); repeatable.
     #[arg(long = "serve-model")]
     serve_models: Vec<String>,
     /// Device for the served models (`cpu`, `cuda`, `metal`; default FERROGRAPH_DEVICE).
     #[arg(long)]
     device: Option<String>,
+    /// Run graph tasks for the cluster's coordinators: every workflow of this binary, on this
+    /// node's own data dir (--data-dir; not the coordinator's). Their model calls go to the
+    /// cluster's models when it has some, else to this node's configured model.
+    #[arg(long)]
+    pub(crate) serve_tasks: bool,
     #[command(flatten)]
     conn: ConnArgs,
 }
 
-/// Runs a node until Ctrl-C or SIGTERM.
-pub(crate) async fn node_command(args: NodeArgs) -> Result<ExitCode> {
+/// Starts a node: joins the nodes named by --join and hosts the models of --serve-model.
+pub(crate) async fn start_node(args: &NodeArgs) -> Result<ClusterNode> {
     let config = args
         .conn
         .config(args.name.clone(), args.listen, args.labels.clone())?;
     let node = ClusterNode::start(config).await?;
+    args.conn.join_all(&node).await?;
     let device = ferrograph_llm::DeviceKind::from_flag_or_env(args.device.as_deref())?;
-    let mut served = Vec::new();
     for spec in &args.serve_models {
         let (name, model) = served_model(spec, &args.name, device)?;
         warm_up(&name, model.as_ref()).await?;
         node.host_model(name.clone(), model).await?;
-        served.push(name);
     }
+    Ok(node)
+}
+
+/// Says the node is ready (the line tests and scripts wait for) and serves until Ctrl-C or
+/// SIGTERM.
+pub(crate) async fn serve(node: ClusterNode, args: &NodeArgs, graphs: &[String]) -> Result<ExitCode> {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(",")
+        }
+    };
     crate::print::line(format!(
-        "node {} listening on {} (labels: {}; models: {})",
+        "node {} listening on {} (labels: {}; models: {}; tasks of: {})",
         node.name(),
         node.listen_addr(),
-        if args.labels.is_empty() {
-            "none".to_string()
-        } else {
-            args.labels.join(",")
-        },
-        if served.is_empty() {
-            "none".to_string()
-        } else {
-            served.join(",")
-        }
+        list(&args.labels),
+        list(&node.info().models),
+        list(graphs),
     ));
-    args.conn.join_all(&node).await?;
     wait_for_stop().await;
     crate::print::line(format!("node {} stopping", node.name()));
     node.shutdown().await;
@@ -191,17 +202,15 @@ fn served_model(
             None if rest.is_empty() => Duration::ZERO,
             None => anyhow::bail!("--serve-model {spec}: write echo or echo:MS"),
         };
-        let model = EchoModel {
-            node: node.to_string(),
-            delay,
-        };
-        return Ok(("echo".into(), Arc::new(model)));
+        return Ok(("echo".into(), Arc::new(echo(node, delay))));
     }
     let (name, what) = match spec.split_once('=') {
         Some((name, path)) => (name.to_string(), path.to_string()),
         None => (spec.to_string(), spec.to_string()),
     };
-    let path = if std::path::Path::new(&what).exists() {
+    let path = if what == "default" {
+        ferrograph_llm::manifest::default_chat_model_path()?
+    } else if std::path::Path::new(&what).exists() {
         PathBuf::from(&what)
     } else {
         ferrograph_llm::manifest::ensure_model(&what)?
@@ -215,10 +224,18 @@ fn served_model(
     Ok((name, model))
 }
 
+/// The echo test model of node `node`, `delay` between words.
+pub(crate) fn echo(node: &str, delay: Duration) -> EchoModel {
+    EchoModel {
+        node: node.to_string(),
+        delay,
+    }
+}
+
 /// A test model: answers `node NAME heard: WORDS` with the last human message's words, one
 /// piece a word, `delay` apart. It lets tests and `bench cluster` see which node answered
 /// and measure the cluster's own cost without a model's.
-struct EchoModel {
+pub(crate) struct EchoModel {
     node: String,
     delay: Duration,
 }
@@ -294,10 +311,10 @@ pub(crate) async fn status_command(args: StatusArgs) -> Result<ExitCode> {
         .into_iter()
         .filter(|n| n.name != me)
         .collect();
-    let models: Vec<_> = node.models().await;
+    let hosts: Vec<_> = node.hosts().await;
     if args.json {
         crate::print::line(serde_json::to_string_pretty(&serde_json::json!({
-            "nodes": nodes, "models": models,
+            "nodes": nodes, "hosts": hosts,
         }))?);
     } else {
         crate::print::line(format!(
@@ -329,13 +346,24 @@ pub(crate) async fn status_command(args: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The cluster as the run's chat model, when `FERROGRAPH_CLUSTER_JOIN` names nodes:
-/// `FERROGRAPH_CLUSTER_MODEL` picks the model (default: any), `FERROGRAPH_CLUSTER_LABEL` a
-/// label, `FERROGRAPH_CLUSTER_COOKIE_ENV` the cookie's variable (default
-/// `FERROGRAPH_CLUSTER_COOKIE`), `FERROGRAPH_CLUSTER_TLS_CERT`, `_KEY`, `_CA` the TLS files.
-pub(crate) async fn chat_model_from_env() -> Result<Option<Arc<dyn ChatModel>>> {
+/// Joins the cluster named by `FERROGRAPH_CLUSTER_JOIN`, when set: the run's tasks of
+/// placed nodes go to its workers (`FERROGRAPH_PLACE=graph/node=label,…` places nodes of
+/// graphs that do not place them in code), and its models serve the run's model calls when
+/// it has some. Returns the cluster's chat model, if any.
+///
+/// `FERROGRAPH_CLUSTER_MODEL` picks the model (default: any; set, it must exist),
+/// `FERROGRAPH_CLUSTER_LABEL` a label, `FERROGRAPH_CLUSTER_COOKIE_ENV` the cookie's variable
+/// (default `FERROGRAPH_CLUSTER_COOKIE`), `FERROGRAPH_CLUSTER_TLS_CERT`, `_KEY`, `_CA`,
+/// `_SERVER_NAME` the TLS files, `FERROGRAPH_CLUSTER_FAILURE_TIMEOUT` seconds.
+pub(crate) async fn attach_from_env(
+    runtime: &ferrograph::Runtime,
+) -> Result<Option<Arc<dyn ChatModel>>> {
     let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
     let Some(join) = get("FERROGRAPH_CLUSTER_JOIN") else {
+        anyhow::ensure!(
+            get("FERROGRAPH_PLACE").is_none(),
+            "FERROGRAPH_PLACE places nodes on a cluster: set FERROGRAPH_CLUSTER_JOIN too"
+        );
         return Ok(None);
     };
     let conn = ConnArgs {
@@ -356,26 +384,96 @@ pub(crate) async fn chat_model_from_env() -> Result<Option<Arc<dyn ChatModel>>> 
     };
     let node = client_node(&conn, "run")
         .await
-        .context("FERROGRAPH_CLUSTER_JOIN: joining the cluster for its models")?;
-    let model = node.chat_model(
-        get("FERROGRAPH_CLUSTER_MODEL"),
-        get("FERROGRAPH_CLUSTER_LABEL"),
-    );
-    let hosts = node.models().await;
-    anyhow::ensure!(
-        !hosts.is_empty(),
-        "FERROGRAPH_CLUSTER_JOIN={join}: no node of the cluster serves a model (start one with `ferrograph node --serve-model …`)"
-    );
-    tracing::info!(
-        "chat model: the cluster ({} host(s): {})",
-        hosts.len(),
-        hosts
-            .iter()
-            .map(|h| format!("{} on {}", h.model, h.node))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    // The node's actors keep running for the life of the process; the handle can go.
+        .context("FERROGRAPH_CLUSTER_JOIN: joining the cluster")?;
+    runtime.set_placer(Arc::new(node.task_placer()));
+    if let Some(spec) = get("FERROGRAPH_PLACE") {
+        for (graph, n, label) in parse_placements(&spec)? {
+            runtime.place(&graph, &n, &label);
+        }
+    }
+    let model = chat_model(&node, true).await?;
+    // The node's actors live as long as the process; the handle can go.
     drop(node);
-    Ok(Some(Arc::new(model)))
+    Ok(model)
+}
+
+/// `graph/node=label,…`.
+fn parse_placements(spec: &str) -> Result<Vec<(String, String, String)>> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (path, label) = p.split_once('=').with_context(|| {
+                format!("FERROGRAPH_PLACE: `{p}` is not graph/node=label")
+            })?;
+            let (graph, node) = path.split_once('/').with_context(|| {
+                format!("FERROGRAPH_PLACE: `{p}` is not graph/node=label")
+            })?;
+            anyhow::ensure!(
+                !graph.is_empty() && !node.is_empty() && !label.is_empty(),
+                "FERROGRAPH_PLACE: `{p}` is not graph/node=label"
+            );
+            Ok((graph.to_string(), node.to_string(), label.to_string()))
+        })
+        .collect()
+}
+
+/// The cluster's chat model: `FERROGRAPH_CLUSTER_MODEL` (which must be served) or any
+/// served model; `None` when the cluster serves no model (and none was named), so that the
+/// local configuration applies. `announce`: say which hosts serve it.
+pub(crate) async fn chat_model(
+    node: &ClusterNode,
+    announce: bool,
+) -> Result<Option<Arc<dyn ChatModel>>> {
+    let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+    let wanted = get("FERROGRAPH_CLUSTER_MODEL");
+    let hosts: Vec<_> = node
+        .hosts()
+        .await
+        .into_iter()
+        .filter(|h| h.kind == "model")
+        .filter(|h| wanted.as_ref().is_none_or(|w| &h.name == w))
+        .collect();
+    if hosts.is_empty() {
+        anyhow::ensure!(
+            wanted.is_none(),
+            "FERROGRAPH_CLUSTER_MODEL={}: no node of the cluster serves it (start one with `ferrograph node --serve-model …`)",
+            wanted.unwrap_or_default()
+        );
+        return Ok(None);
+    }
+    if announce {
+        tracing::info!(
+            "chat model: the cluster ({})",
+            hosts
+                .iter()
+                .map(|h| format!("{} on {}", h.name, h.node))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(Some(Arc::new(
+        node.chat_model(wanted, get("FERROGRAPH_CLUSTER_LABEL")),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements_are_read_and_bad_ones_named() {
+        let p = parse_placements("demo/classify=worker, triage/investigator=gpu").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                ("demo".into(), "classify".into(), "worker".into()),
+                ("triage".into(), "investigator".into(), "gpu".into())
+            ]
+        );
+        for bad in ["demo=worker", "demo/classify", "/x=y", "demo/=y", "demo/x="] {
+            let e = parse_placements(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
 }

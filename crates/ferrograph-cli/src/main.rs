@@ -1,6 +1,7 @@
 //! The `ferrograph` command-line tool.
 
 mod backups;
+mod bench_cluster;
 mod bench_tutor;
 mod bench_workflow;
 mod bundle;
@@ -489,6 +490,26 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Cluster nodes on this machine: the cost of a model call on another process against
+    /// one in-process, a 100-call fan-out spread over two workers, and a model-bound fan-out
+    /// on one worker and on two (worker nodes are started as child processes).
+    Cluster {
+        /// The workers' model: `default` (SmolLM2-135M Q4_1), a manifest name or a GGUF path.
+        #[arg(long, default_value = "default")]
+        model: String,
+        /// Model calls in the model-bound fan-out.
+        #[arg(long, default_value_t = 16)]
+        calls: usize,
+        /// Tokens each of those calls may generate.
+        #[arg(long, default_value_t = 48)]
+        max_tokens: usize,
+        /// Fewer overhead calls (50 instead of 500).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cost per checkpointed step and bytes per step on sled (sync durability): a 10-node
     /// chain, a 500-message chat, and 64 concurrent chains. `benches/peers/compare_checkpoint.py`
     /// sets it beside LangGraph's SqliteSaver.
@@ -547,6 +568,17 @@ struct App {
 
 impl App {
     async fn open(cli_config: Option<&PathBuf>, data_dir: Option<&PathBuf>) -> Result<App> {
+        Self::open_with(cli_config, data_dir, None).await
+    }
+
+    /// Opens the app; `worker` is the cluster node of `ferrograph node --serve-tasks` (its
+    /// workflows use the cluster's models when it has some). Otherwise the cluster named by
+    /// FERROGRAPH_CLUSTER_JOIN, if any, serves models and runs the tasks of placed nodes.
+    async fn open_with(
+        cli_config: Option<&PathBuf>,
+        data_dir: Option<&PathBuf>,
+        worker: Option<&ferrograph_cluster::ClusterNode>,
+    ) -> Result<App> {
         let config = Config::load(
             cli_config.map(PathBuf::as_path),
             data_dir.map(PathBuf::as_path),
@@ -563,7 +595,10 @@ impl App {
         let sled = saver.clone();
         let saver = ferrograph::checkpoint_savers::EncryptedSaver::from_env(saver)?;
         let runtime = Runtime::new().await?;
-        let cluster_llm = cluster::chat_model_from_env().await?;
+        let cluster_llm = match worker {
+            Some(node) => cluster::chat_model(node, false).await?,
+            None => cluster::attach_from_env(&runtime).await?,
+        };
         let settings = workflow_settings(&config, cluster_llm)?;
         let registry = builtin_registry(&runtime, saver.clone(), &settings).await?;
         Ok(App {
@@ -1215,10 +1250,43 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         return store_command(&cli, what);
     }
     match cli.command {
-        Command::Node(args) => return cluster::node_command(args).await,
+        Command::Node(args) => {
+            let node = cluster::start_node(&args).await?;
+            // A task worker: the same workflows as every coordinator, on its own data dir.
+            let app = if args.serve_tasks {
+                let app =
+                    App::open_with(cli.config.as_ref(), cli.data_dir.as_ref(), Some(&node)).await?;
+                let graphs = node
+                    .host_tasks(app.registry.iter().map(|(_, e)| e.workflow.clone()))
+                    .await?;
+                Some((app, graphs))
+            } else {
+                None
+            };
+            let graphs = app.as_ref().map(|(_, g)| g.clone()).unwrap_or_default();
+            return cluster::serve(node, &args, &graphs).await;
+        }
         Command::Cluster {
             what: ClusterCommand::Status(args),
         } => return cluster::status_command(args).await,
+        Command::Bench {
+            what:
+                BenchCommand::Cluster {
+                    model,
+                    calls,
+                    max_tokens,
+                    quick,
+                    json,
+                },
+        } => {
+            let b = bench_cluster::bench_cluster(&model, quick, calls, max_tokens).await?;
+            if json {
+                print::line(serde_json::to_string_pretty(&b)?);
+            } else {
+                print::line(bench_cluster::summary(&b));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Bench {
             what: BenchCommand::Graph { json, quick, runs },
         } => {

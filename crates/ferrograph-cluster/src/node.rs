@@ -383,6 +383,11 @@ impl ClusterNode {
             .first()
             .ok_or_else(|| join_err("it resolves to no address".into()))?;
         check_address("joining", &target, self.tls.is_some())?;
+        // Already connected (a transitive connection opened when another node was joined):
+        // that session is the join.
+        if let Some(node_id) = self.session_with(&target).await {
+            return check_peer(&self.server, &self.shared, node_id, addr).await;
+        }
         let mut rx = self.events.subscribe();
         match &self.tls {
             Some(tls) => {
@@ -420,6 +425,12 @@ impl ClusterNode {
                 }
                 SessionEvent::Ready { node_id, peer_addr } if peer_addr == wanted => break node_id,
                 SessionEvent::Closed { peer_addr, .. } if peer_addr == wanted => {
+                    // Two sessions with one peer (ours and one it opened to us) are settled by
+                    // closing one: the other is the join.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Some(node_id) = self.session_with(&target).await {
+                        break node_id;
+                    }
                     return Err(join_err(if authenticated {
                         "the session closed right after authentication".into()
                     } else {
@@ -434,6 +445,19 @@ impl ClusterNode {
         let info = check_peer(&self.server, &self.shared, node_id, addr).await?;
         tracing::info!(peer = %info.name, %addr, "joined");
         Ok(info)
+    }
+
+    /// The id of an open session with the node listening on (or connected from) `target`.
+    async fn session_with(&self, target: &SocketAddr) -> Option<u64> {
+        let sessions = ractor::call_t!(self.server, NodeServerMessage::GetSessions, 2_000).ok()?;
+        let wanted = target.to_string();
+        sessions.values().find_map(|s| {
+            let listens_there = s
+                .peer_name
+                .as_ref()
+                .is_some_and(|p| p.connection_string == wanted);
+            (listens_there || s.peer_addr == wanted).then_some(s.node_id)
+        })
     }
 
     /// Every node this one is connected to, and itself, as their agents describe them.

@@ -71,13 +71,15 @@ impl ractor::Message for WireMsg {
 /// What one node asks of another's actor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Request {
-    /// Describe yourself: a node agent answers [`Reply::Node`], a model host [`Reply::Model`].
+    /// Describe yourself: a node agent answers [`Reply::Node`], a host [`Reply::Host`].
     Info,
-    /// Start generating an answer (the JSON of a [`crate::model::GenerateRequest`]); the host
-    /// answers [`Reply::Started`] at once.
-    Generate {
+    /// Start a job on a host (a model call, a graph task: the request's JSON text) and wait
+    /// up to `wait_ms` for its first news; the host answers [`Reply::Progress`].
+    Start {
         /// The request as JSON text.
         request: String,
+        /// The longest the host holds the answer when there is no news.
+        wait_ms: u32,
     },
     /// The pieces of job `job` from piece `from` on, and its end when it has ended. The host
     /// answers when there is something new or after `wait_ms`, whichever comes first.
@@ -117,23 +119,28 @@ pub struct NodeInfo {
     pub protocol: u32,
 }
 
-/// One model host's description.
+/// One host's description: a model host or a task host.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ModelInfo {
-    /// The model's name in the cluster.
-    pub model: String,
+pub struct HostInfo {
+    /// `model` or `tasks`.
+    pub kind: String,
+    /// The model's name in the cluster (`tasks` for a task host).
+    pub name: String,
     /// The node it runs on.
     pub node: String,
     /// That node's labels.
     pub labels: Vec<String>,
-    /// Calls running or queued on it now.
+    /// For a task host, the graphs whose tasks it runs.
+    pub graphs: Vec<String>,
+    /// Jobs running or queued on it now.
     pub running: u32,
 }
 
-/// How a model call ended on its host, when it failed.
+/// How a job ended on its host, when it failed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemoteFailure {
-    /// The kind of [`ferrograph_chat::LlmError`] (`validation`, `schema`, `timeout`, …).
+    /// What kind of failure: for model calls the kind of [`ferrograph_chat::LlmError`]
+    /// (`validation`, `schema`, `timeout`, …); for tasks `retryable` or `fatal`.
     pub kind: String,
     /// Its message.
     pub message: String,
@@ -146,18 +153,15 @@ pub struct RemoteFailure {
 pub enum Reply {
     /// A node agent's description.
     Node(NodeInfo),
-    /// A model host's description.
-    Model(ModelInfo),
-    /// A generation job started.
-    Started {
-        /// Its id on the host.
-        job: u64,
-    },
+    /// A host's description.
+    Host(HostInfo),
     /// News of a job.
     Progress {
+        /// The job's id on the host.
+        job: u64,
         /// New text pieces, in order.
         pieces: Vec<String>,
-        /// The answer as JSON text when the job succeeded, its failure when it failed; `None`
+        /// The result as JSON text when the job succeeded, its failure when it failed; `None`
         /// while it runs.
         done: Option<Result<String, RemoteFailure>>,
     },
@@ -233,6 +237,7 @@ mod tests {
         assert_eq!(back, req);
 
         let reply = Reply::Progress {
+            job: 3,
             pieces: vec!["a".into(), "b".into()],
             done: Some(Err(RemoteFailure {
                 kind: "schema".into(),

@@ -43,7 +43,8 @@ impl<S: State> SendTo<S> {
 }
 
 /// Where control goes next.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(bound(serialize = "S: State", deserialize = "S: State"))]
 pub enum Goto<S: State> {
     /// Run this node in the next superstep (on the merged state).
     Node(String),
@@ -155,7 +156,8 @@ impl<S: State> Command<S> {
 }
 
 /// What a node produced.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(bound(serialize = "S: State", deserialize = "S: State"))]
 pub struct NodeOutput<S: State> {
     /// Updates, merged in order.
     pub updates: Vec<S::Update>,
@@ -263,6 +265,16 @@ pub enum NodeError {
     /// The run was cancelled while the node ran.
     #[error("cancelled")]
     Cancelled,
+    /// The cluster node running the task (see `NodeOptions::on`) was lost: it exited, was
+    /// killed, or the network to it is cut. Retryable: the node's retry policy may run the
+    /// task again on another cluster node with the label.
+    #[error("cluster node {node} was lost while running the task: {message}")]
+    NodeLost {
+        /// The lost cluster node's name.
+        node: String,
+        /// What was seen.
+        message: String,
+    },
 }
 
 impl NodeError {
@@ -303,7 +315,10 @@ impl NodeError {
     pub fn is_retryable(&self) -> bool {
         match self {
             NodeError::Failed { retryable, .. } => *retryable,
-            NodeError::Timeout(_) | NodeError::Panicked(_) | NodeError::AgentLost(_) => true,
+            NodeError::Timeout(_)
+            | NodeError::Panicked(_)
+            | NodeError::AgentLost(_)
+            | NodeError::NodeLost { .. } => true,
             NodeError::Interrupted(_) | NodeError::BadResume { .. } | NodeError::Cancelled => false,
         }
     }
@@ -608,6 +623,9 @@ pub struct NodeOptions {
     /// Cache policy: a task whose node and input match an earlier successful task (within the
     /// time to live) reuses its output instead of running.
     pub cache: Option<CachePolicy>,
+    /// The cluster label the node's tasks run on (see [`NodeOptions::on`]); anywhere when
+    /// unset.
+    pub placement: Option<String>,
 }
 
 /// How a node's outputs are cached. The key is the node's name and its input (the state
@@ -663,6 +681,17 @@ impl NodeOptions {
     #[must_use]
     pub fn cache(mut self, policy: CachePolicy) -> Self {
         self.cache = Some(policy);
+        self
+    }
+
+    /// Pins the node's tasks to cluster nodes labelled `label` (`gpu`, …): when the runtime
+    /// has a task placer (a cluster), each task runs on the least busy node with the label;
+    /// its input goes there as JSON and its output comes back, and its events (tokens,
+    /// custom data) are streamed back as it runs. Without a placer the label is ignored and
+    /// tasks run here.
+    #[must_use]
+    pub fn on(mut self, label: impl Into<String>) -> Self {
+        self.placement = Some(label.into());
         self
     }
 

@@ -706,8 +706,26 @@ impl<S: State> RunState<S> {
         };
         let events = self.args.events.clone();
         let span = self.task_span(i);
-        let work = AssertUnwindSafe(call_node(f.as_ref(), input, ctx, events).instrument(span))
-            .catch_unwind();
+        let remote = self
+            .args
+            .pool
+            .runtime
+            .upgrade()
+            .and_then(|rt| rt.remote_for(&self.args.graph, node));
+        let graph_name = self.args.graph.name().to_string();
+        let work = AssertUnwindSafe(
+            async move {
+                match remote {
+                    Some((placer, label)) => {
+                        crate::placement::run_remote(placer, &graph_name, &label, input, ctx, events)
+                            .await
+                    }
+                    None => call_node(f.as_ref(), input, ctx, events).await,
+                }
+            }
+            .instrument(span),
+        )
+        .catch_unwind();
         // One timer for whichever comes first, the node's timeout or the run's deadline.
         let node_deadline = spec
             .options

@@ -275,6 +275,19 @@ pub trait Workflow: Send + Sync {
         checkpoint: &str,
         new_thread: &str,
     ) -> Result<String, RunError>;
+    /// Runs a task that another node's coordinator placed here (see
+    /// [`crate::placement`]), sending its events to `events`.
+    async fn run_task(
+        &self,
+        task: crate::placement::RemoteTask,
+        events: tokio::sync::mpsc::Sender<crate::placement::RemoteEvent>,
+    ) -> crate::placement::RemoteOutcome {
+        let _ = events;
+        crate::placement::RemoteOutcome::Failed {
+            message: format!("workflow {} cannot run tasks for other nodes", task.graph),
+            retryable: false,
+        }
+    }
 }
 
 fn parse_update<S: State>(value: Value) -> Result<S::Update, RunError> {
@@ -504,5 +517,13 @@ impl<S: State> Workflow for GraphRunner<S> {
         new_thread: &str,
     ) -> Result<String, RunError> {
         GraphRunner::fork(self, thread, checkpoint, new_thread).await
+    }
+
+    async fn run_task(
+        &self,
+        task: crate::placement::RemoteTask,
+        events: tokio::sync::mpsc::Sender<crate::placement::RemoteEvent>,
+    ) -> crate::placement::RemoteOutcome {
+        crate::placement::run_here(self.graph(), task, events).await
     }
 }

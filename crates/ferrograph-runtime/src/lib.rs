@@ -13,6 +13,7 @@ mod error;
 mod events;
 mod node_cache;
 pub mod owner;
+pub mod placement;
 mod pool;
 pub mod registry;
 mod runner;
@@ -28,6 +29,7 @@ pub use erased::{
 };
 pub use error::RunError;
 pub use owner::{Liveness, RunOwner};
+pub use placement::{RemoteEvent, RemoteOutcome, RemoteTask, TaskPlacer};
 pub use registry::{Entry, MetricsFn, ParseArgs, Registry, RegistryError};
 pub use runner::{
     GraphRunner, RunInput, RunOutcome, RunStatus, RunStream, SnapshotTask, StateEdit, StateSnapshot,

@@ -166,7 +166,26 @@ impl<S: State> Actor for AgentActor<S> {
         let spec = pool.graph.node(node);
         let work = async {
             match &spec.kind {
-                NodeKind::Func(f) => call_node(f.as_ref(), input, ctx, events.clone()).await,
+                NodeKind::Func(f) => {
+                    let remote = pool
+                        .runtime
+                        .upgrade()
+                        .and_then(|rt| rt.remote_for(&pool.graph, node));
+                    match remote {
+                        Some((placer, label)) => {
+                            crate::placement::run_remote(
+                                placer,
+                                pool.graph.name(),
+                                &label,
+                                input,
+                                ctx,
+                                events.clone(),
+                            )
+                            .await
+                        }
+                        None => call_node(f.as_ref(), input, ctx, events.clone()).await,
+                    }
+                }
                 NodeKind::Foreign(child) => {
                     let Some(runtime) = pool.runtime.upgrade() else {
                         return TaskResult::Failed(NodeError::fatal("the runtime is gone"));

@@ -49,11 +49,32 @@ pub(crate) struct RuntimeInner {
     idle: Notify,
     busy_threads: Mutex<HashSet<String>>,
     pools: tokio::sync::Mutex<HashMap<usize, Arc<dyn Any + Send + Sync>>>,
+    placer: parking_lot::RwLock<Option<Arc<dyn crate::placement::TaskPlacer>>>,
+    /// Labels given to nodes from outside their graph: (graph, node) → label.
+    placements: parking_lot::RwLock<HashMap<(String, String), String>>,
 }
 
 impl RuntimeInner {
     pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// Where the tasks of `graph`'s node `node` run: the placer and the label, when the node
+    /// has a label (its own, or one given with [`Runtime::place`]) and there is a placer.
+    pub(crate) fn remote_for<S: State>(
+        &self,
+        graph: &CompiledGraph<S>,
+        node: usize,
+    ) -> Option<(Arc<dyn crate::placement::TaskPlacer>, String)> {
+        let placer = self.placer.read().clone()?;
+        let spec = graph.node(node);
+        let label = spec.options.placement.clone().or_else(|| {
+            self.placements
+                .read()
+                .get(&(graph.name().to_string(), spec.name.to_string()))
+                .cloned()
+        })?;
+        Some((placer, label))
     }
 
     /// The agent pool of `graph`, started on first use (or again after an escalation).
@@ -158,6 +179,8 @@ impl Runtime {
                 idle: Notify::new(),
                 busy_threads: Mutex::new(HashSet::new()),
                 pools: tokio::sync::Mutex::new(HashMap::new()),
+                placer: parking_lot::RwLock::new(None),
+                placements: parking_lot::RwLock::new(HashMap::new()),
             }),
         })
     }
@@ -169,6 +192,21 @@ impl Runtime {
     ) -> Result<GraphRunner<S>, RunError> {
         let pool = self.inner.pool_for(&graph).await?;
         Ok(GraphRunner::new(self.clone(), graph, pool))
+    }
+
+    /// Runs the tasks of labelled nodes through `placer` (a cluster) from now on.
+    pub fn set_placer(&self, placer: Arc<dyn crate::placement::TaskPlacer>) {
+        *self.inner.placer.write() = Some(placer);
+    }
+
+    /// Pins node `node` of the graph named `graph` to cluster nodes labelled `label`, as
+    /// [`NodeOptions::on`](ferrograph_core::node::NodeOptions::on) would in the graph's own
+    /// code (which wins when both are set).
+    pub fn place(&self, graph: &str, node: &str, label: &str) {
+        self.inner
+            .placements
+            .write()
+            .insert((graph.to_string(), node.to_string()), label.to_string());
     }
 
     /// Runs in progress.

@@ -135,6 +135,7 @@ impl From<RunError> for ApiError {
                     (S::INTERNAL_SERVER_ERROR, "node_crashed")
                 }
                 NodeError::Cancelled => (S::SERVICE_UNAVAILABLE, "cancelled"),
+                NodeError::NodeLost { .. } => (S::SERVICE_UNAVAILABLE, "cluster_node_lost"),
                 _ => (S::UNPROCESSABLE_ENTITY, "run_failed"),
             },
             RunError::Step(_) => (S::UNPROCESSABLE_ENTITY, "run_failed"),

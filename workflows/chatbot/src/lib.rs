@@ -124,10 +124,19 @@ async fn answer(
     let reply = llm
         .invoke(&msgs, &opts, TokenSink::from_context(&ctx))
         .await
-        .map_err(|e| NodeError::failed(format!("the chat model failed: {e}")))?;
+        .map_err(|e| {
+            let message = format!("the chat model failed: {e}");
+            // Transient failures (a lost cluster node, a busy server) are worth the node's
+            // retries; the others would fail the same way again.
+            if e.is_retryable() {
+                NodeError::failed(message)
+            } else {
+                NodeError::fatal(message)
+            }
+        })?;
     let text = reply.content.trim();
     if text.is_empty() {
-        return Err(NodeError::failed("the chat model answered nothing"));
+        return Err(NodeError::fatal("the chat model answered nothing"));
     }
     let mut m = Message::ai(text);
     m.usage = reply.usage;
@@ -139,9 +148,13 @@ async fn answer(
 pub fn graph(settings: ChatbotSettings) -> Result<CompiledGraph<ChatbotState>, CompileError> {
     let settings = Arc::new(settings);
     StateGraph::<ChatbotState>::new("chatbot")
-        .add_node("chatbot", move |s: Arc<ChatbotState>, ctx: NodeContext| {
-            answer(settings.clone(), s, ctx)
-        })
+        .add_node_with(
+            "chatbot",
+            move |s: Arc<ChatbotState>, ctx: NodeContext| answer(settings.clone(), s, ctx),
+            // Three attempts: a model call lost with its cluster node, or a task lost with
+            // the worker running it, runs again (elsewhere).
+            NodeOptions::new().retry(RetryPolicy::attempts(3)),
+        )
         .add_edge(START, "chatbot")
         .add_edge("chatbot", END)
         .compile()
