@@ -30,14 +30,24 @@ struct Worker {
 
 impl Worker {
     async fn start(name: &str, models: &[&str], join: Option<&str>) -> Result<Worker> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let addr = format!("127.0.0.1:{port}");
         let exe = std::env::current_exe().context("finding this binary")?;
         let mut cmd = tokio::process::Command::new(exe);
-        cmd.args(["node", "--name", name, "--listen", &addr, "--cookie-env", COOKIE_VAR])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true);
+        cmd.args([
+            "node",
+            "--name",
+            name,
+            "--listen",
+            &addr,
+            "--cookie-env",
+            COOKIE_VAR,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
         for m in models {
             cmd.args(["--serve-model", m]);
         }
@@ -262,7 +272,8 @@ pub(crate) async fn bench_cluster(
         let mut workers: Vec<Worker> = Vec::new();
         for k in 0..n {
             let join = workers.first().map(|w| w.addr.clone());
-            workers.push(Worker::start(&format!("model-{}", k + 1), &[&spec], join.as_deref()).await?);
+            workers
+                .push(Worker::start(&format!("model-{}", k + 1), &[&spec], join.as_deref()).await?);
         }
         let addrs: Vec<&str> = workers.iter().map(|w| w.addr.as_str()).collect();
         let node = coordinator(&addrs).await?;
@@ -312,7 +323,10 @@ pub(crate) fn summary(b: &ClusterBench) -> String {
         "fan-out of 100 echo calls over two workers: {}\n",
         spread.join(", ")
     ));
-    out.push_str(&format!("model-bound fan-out ({}), {} CPUs:\n", b.model, b.cpus));
+    out.push_str(&format!(
+        "model-bound fan-out ({}), {} CPUs:\n",
+        b.model, b.cpus
+    ));
     for f in &b.fan_out {
         let served: Vec<String> = f.served.iter().map(|(n, k)| format!("{n} {k}")).collect();
         out.push_str(&format!(

@@ -131,7 +131,11 @@ pub(crate) async fn start_node(args: &NodeArgs) -> Result<ClusterNode> {
 
 /// Says the node is ready (the line tests and scripts wait for) and serves until Ctrl-C or
 /// SIGTERM.
-pub(crate) async fn serve(node: ClusterNode, args: &NodeArgs, graphs: &[String]) -> Result<ExitCode> {
+pub(crate) async fn serve(
+    node: ClusterNode,
+    args: &NodeArgs,
+    graphs: &[String],
+) -> Result<ExitCode> {
     let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
@@ -405,12 +409,12 @@ fn parse_placements(spec: &str) -> Result<Vec<(String, String, String)>> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let (path, label) = p.split_once('=').with_context(|| {
-                format!("FERROGRAPH_PLACE: `{p}` is not graph/node=label")
-            })?;
-            let (graph, node) = path.split_once('/').with_context(|| {
-                format!("FERROGRAPH_PLACE: `{p}` is not graph/node=label")
-            })?;
+            let (path, label) = p
+                .split_once('=')
+                .with_context(|| format!("FERROGRAPH_PLACE: `{p}` is not graph/node=label"))?;
+            let (graph, node) = path
+                .split_once('/')
+                .with_context(|| format!("FERROGRAPH_PLACE: `{p}` is not graph/node=label"))?;
             anyhow::ensure!(
                 !graph.is_empty() && !node.is_empty() && !label.is_empty(),
                 "FERROGRAPH_PLACE: `{p}` is not graph/node=label"

@@ -1803,6 +1803,47 @@ mod tests {
         }
     }
 
+    /// A workflow that wraps its runner must pass placed tasks on (triage, fraud and tutor
+    /// did not, and a worker answered "cannot run tasks for other nodes").
+    #[tokio::test]
+    async fn every_workflow_runs_tasks_placed_by_another_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new().await.unwrap();
+        let settings = ferrograph::WorkflowSettings {
+            data_dir: dir.path().to_path_buf(),
+            ..Default::default()
+        };
+        let saver: Arc<dyn CheckpointSaver> = Arc::new(ferrograph::MemorySaver::new());
+        let registry = builtin_registry(&runtime, saver, &settings).await.unwrap();
+        for (name, entry) in registry.iter() {
+            let graph = entry.workflow.info().name;
+            let task = ferrograph::runtime::placement::RemoteTask {
+                graph: graph.clone(),
+                node: "no-such-node".into(),
+                label: "w".into(),
+                input: serde_json::json!({}),
+                task_id: "t".into(),
+                namespace: String::new(),
+                step: 1,
+                attempt: 1,
+                thread_id: None,
+                resume: Vec::new(),
+                remaining_steps: None,
+            };
+            let (tx, _rx) = tokio::sync::mpsc::channel(1);
+            let out = entry.workflow.run_task(task, tx).await;
+            let ferrograph::runtime::placement::RemoteOutcome::Failed { message, retryable } = out
+            else {
+                panic!("{name}: {out:?}")
+            };
+            assert!(
+                message.contains(&format!("graph {graph} has no node no-such-node")),
+                "{name}: {message}"
+            );
+            assert!(!retryable);
+        }
+    }
+
     #[test]
     fn run_flags_after_the_workflow_arguments_still_count() {
         let mut cli = Cli::parse_from([

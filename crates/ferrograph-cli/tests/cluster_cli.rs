@@ -69,7 +69,15 @@ impl Node {
         let addr = format!("127.0.0.1:{port}");
         let data = root.join(format!("data-{name}"));
         let mut child = ferro(&data, "test-secret")
-            .args(["node", "--name", name, "--listen", &addr, "--cookie-env", COOKIE])
+            .args([
+                "node",
+                "--name",
+                name,
+                "--listen",
+                &addr,
+                "--cookie-env",
+                COOKIE,
+            ])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -137,7 +145,10 @@ fn served(root: &Path, join: &str, name: &str) -> u64 {
 }
 
 fn words(n: usize) -> String {
-    (0..n).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ")
+    (0..n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Starts `ferrograph run chatbot` on the cluster (tasks of the chatbot node placed on
@@ -148,11 +159,19 @@ fn chatbot_run(root: &Path, join: &str, thread: &str, message: &str, place: bool
     if place {
         c.env("FERROGRAPH_PLACE", "chatbot/chatbot=worker");
     }
-    c.args(["run", "chatbot", "--thread", thread, "--message", message, "--stream"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    c.args([
+        "run",
+        "chatbot",
+        "--thread",
+        thread,
+        "--message",
+        message,
+        "--stream",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
 }
 
 fn thread_messages(root: &Path, thread: &str) -> Vec<Value> {
@@ -182,7 +201,14 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
 
     // A wrong cookie is refused.
     let out = ferro(&root.join("x"), "not-the-secret")
-        .args(["cluster", "status", "--join", &a.addr, "--cookie-env", COOKIE])
+        .args([
+            "cluster",
+            "status",
+            "--join",
+            &a.addr,
+            "--cookie-env",
+            COOKIE,
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -204,7 +230,11 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(text(&out).contains("not a loopback address"), "{}", text(&out));
+    assert!(
+        text(&out).contains("not a loopback address"),
+        "{}",
+        text(&out)
+    );
     let out = ferro(&root.join("x"), "test-secret")
         .args(["cluster", "status", "--join", "192.0.2.7:7400"])
         .args(["--cookie-env", COOKIE])
@@ -216,8 +246,21 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     // Another protocol version is refused by name, both ways.
     let port = free_port();
     let out = ferro(&root.join("x"), "test-secret")
-        .args(["node", "--name", "future", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--cookie-env", COOKIE, "--protocol-version", "99", "--join", &a.addr])
+        .args([
+            "node",
+            "--name",
+            "future",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args([
+            "--cookie-env",
+            COOKIE,
+            "--protocol-version",
+            "99",
+            "--join",
+            &a.addr,
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -266,7 +309,9 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     // With TLS a node joins each node itself (ractor_cluster's transitive connections are
     // plain TCP, so they are off).
     let out = ferro(&root.join("x"), "test-secret")
-        .args(["cluster", "status", "--json", "--join", &b.addr, "--join", &c.addr])
+        .args([
+            "cluster", "status", "--json", "--join", &b.addr, "--join", &c.addr,
+        ])
         .args(["--cookie-env", COOKIE])
         .args(tls("c"))
         .output()
@@ -283,13 +328,27 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     names.sort_unstable();
     assert_eq!(names, vec!["b", "c"], "{s}");
     let out = ferro(&root.join("x"), "test-secret")
-        .args(["cluster", "status", "--join", &b.addr, "--cookie-env", COOKIE])
+        .args([
+            "cluster",
+            "status",
+            "--join",
+            &b.addr,
+            "--cookie-env",
+            COOKIE,
+        ])
         .args(tls("rogue"))
         .output()
         .unwrap();
     assert!(!out.status.success(), "{}", text(&out));
     let out = ferro(&root.join("x"), "test-secret")
-        .args(["cluster", "status", "--join", &b.addr, "--cookie-env", COOKIE])
+        .args([
+            "cluster",
+            "status",
+            "--join",
+            &b.addr,
+            "--cookie-env",
+            COOKIE,
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success(), "{}", text(&out));
@@ -328,8 +387,16 @@ fn a_task_lost_with_a_killed_worker_runs_again_on_another_and_a_lone_one_fails_n
     // The model node (echo: one word every 100 ms) and two workers that run the chatbot's
     // tasks, calling that model.
     let m = Node::start(root, "m", &["--serve-model", "echo:100"]);
-    let w1 = Node::start(root, "w1", &["--labels", "worker", "--serve-tasks", "--join", &m.addr]);
-    let w2 = Node::start(root, "w2", &["--labels", "worker", "--serve-tasks", "--join", &m.addr]);
+    let w1 = Node::start(
+        root,
+        "w1",
+        &["--labels", "worker", "--serve-tasks", "--join", &m.addr],
+    );
+    let w2 = Node::start(
+        root,
+        "w2",
+        &["--labels", "worker", "--serve-tasks", "--join", &m.addr],
+    );
     let question = words(30);
 
     let child = chatbot_run(root, &m.addr, "t1", &question, true);
@@ -395,7 +462,11 @@ fn a_model_call_lost_with_its_model_node_moves_to_the_other() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let m1 = Node::start(root, "m1", &["--serve-model", "echo:100"]);
-    let m2 = Node::start(root, "m2", &["--serve-model", "echo:100", "--join", &m1.addr]);
+    let m2 = Node::start(
+        root,
+        "m2",
+        &["--serve-model", "echo:100", "--join", &m1.addr],
+    );
     let question = words(30);
     let child = chatbot_run(root, &m2.addr, "t", &question, false);
     let victim = busy(root, &m2.addr, &["m1", "m2"]);
@@ -426,7 +497,10 @@ fn a_fan_out_of_100_tasks_spreads_over_two_workers_with_the_same_result() {
     let input = root.join("commits.txt");
     std::fs::write(&input, commits).unwrap();
     let outcome = |cluster: Option<&str>| -> Value {
-        let mut c = ferro(&root.join(format!("run-{}", cluster.is_some())), "test-secret");
+        let mut c = ferro(
+            &root.join(format!("run-{}", cluster.is_some())),
+            "test-secret",
+        );
         if let Some(join) = cluster {
             c.env("FERROGRAPH_CLUSTER_JOIN", join)
                 .env("FERROGRAPH_PLACE", "demo/classify=worker");
@@ -442,7 +516,11 @@ fn a_fan_out_of_100_tasks_spreads_over_two_workers_with_the_same_result() {
     };
     let local = outcome(None);
     let w1 = Node::start(root, "w1", &["--labels", "worker", "--serve-tasks"]);
-    let w2 = Node::start(root, "w2", &["--labels", "worker", "--serve-tasks", "--join", &w1.addr]);
+    let w2 = Node::start(
+        root,
+        "w2",
+        &["--labels", "worker", "--serve-tasks", "--join", &w1.addr],
+    );
     let placed = outcome(Some(&w1.addr));
     assert_eq!(placed["state"], local["state"]);
     assert_eq!(placed["status"], "done");
@@ -457,9 +535,15 @@ fn smollm2_on_one_node_answers_the_chatbot_run_on_another() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let m = Node::start(root, "models", &["--serve-model", "default"]);
-    let out = chatbot_run(root, &m.addr, "sky", "What color is the sky on a clear day?", false)
-        .wait_with_output()
-        .unwrap();
+    let out = chatbot_run(
+        root,
+        &m.addr,
+        "sky",
+        "What color is the sky on a clear day?",
+        false,
+    )
+    .wait_with_output()
+    .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let msgs = thread_messages(root, "sky");
     let answer = msgs[1]["content"].as_str().unwrap().to_lowercase();

@@ -475,7 +475,9 @@ pub(crate) async fn run_job(
     let mut next = Request::Start { request, wait_ms };
     let mut from: u32 = 0;
     loop {
-        let reply = call(cell, protocol, node, &next, limit).await.map_err(sort)?;
+        let reply = call(cell, protocol, node, &next, limit)
+            .await
+            .map_err(sort)?;
         let Reply::Progress {
             job,
             pieces: new,

@@ -14,7 +14,9 @@ use crate::wire::{self, NodeInfo, Reply, Request, WireMsg};
 use parking_lot::Mutex;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
 use ractor_cluster::node::NodeServerSessionInformation;
-use ractor_cluster::{IncomingEncryptionMode, NodeEventSubscription, NodeServer, NodeServerMessage};
+use ractor_cluster::{
+    IncomingEncryptionMode, NodeEventSubscription, NodeServer, NodeServerMessage,
+};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -412,8 +414,7 @@ impl ClusterNode {
                 .await
                 .map_err(|_| {
                     join_err(if authenticated {
-                        "the session was authenticated but did not become ready within 10 s"
-                            .into()
+                        "the session was authenticated but did not become ready within 10 s".into()
                     } else {
                         "no authenticated session within 10 s".into()
                     })
@@ -560,11 +561,10 @@ fn disconnect(server: &ActorRef<NodeServerMessage>, node_id: u64) {
         // A moment first, so the peer's own check reads our answer (and its clear error)
         // before the session goes.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if let Ok(sessions) =
-            ractor::call_t!(server, NodeServerMessage::GetSessions, 2_000)
-        {
+        if let Ok(sessions) = ractor::call_t!(server, NodeServerMessage::GetSessions, 2_000) {
             for s in sessions.values().filter(|s| s.node_id == node_id) {
-                s.actor.stop(Some("cluster protocol version mismatch".into()));
+                s.actor
+                    .stop(Some("cluster protocol version mismatch".into()));
             }
         }
     });

@@ -88,10 +88,8 @@ impl ClusterNode {
         &self,
         workflows: impl IntoIterator<Item = Arc<dyn Workflow>>,
     ) -> Result<Vec<String>, ClusterError> {
-        let graphs: BTreeMap<String, Arc<dyn Workflow>> = workflows
-            .into_iter()
-            .map(|w| (w.info().name, w))
-            .collect();
+        let graphs: BTreeMap<String, Arc<dyn Workflow>> =
+            workflows.into_iter().map(|w| (w.info().name, w)).collect();
         let names: Vec<String> = graphs.keys().cloned().collect();
         Actor::spawn(
             None,
@@ -145,11 +143,10 @@ impl TaskPlacer for ClusterTaskPlacer {
         events: mpsc::Sender<RemoteEvent>,
     ) -> Result<RemoteOutcome, NodeError> {
         let (label, graph, node_name) = (task.label.clone(), task.graph.clone(), task.node.clone());
-        let fits = |h: &crate::wire::HostInfo| h.labels.contains(&label) && h.graphs.contains(&graph);
-        let Some((cell, info, _inflight)) = self
-            .picker
-            .pick(&self.shared, TASKS_GROUP, fits, &[])
-            .await
+        let fits =
+            |h: &crate::wire::HostInfo| h.labels.contains(&label) && h.graphs.contains(&graph);
+        let Some((cell, info, _inflight)) =
+            self.picker.pick(&self.shared, TASKS_GROUP, fits, &[]).await
         else {
             let lost = self.lost.lock().clone();
             return Err(NodeError::NodeLost {
@@ -181,7 +178,15 @@ impl TaskPlacer for ClusterTaskPlacer {
         };
         let job = async {
             let tx = tx;
-            run_job(&self.shared, &cell, &info.node, request, self.poll_wait, &tx).await
+            run_job(
+                &self.shared,
+                &cell,
+                &info.node,
+                request,
+                self.poll_wait,
+                &tx,
+            )
+            .await
         };
         let (result, ()) = tokio::join!(job, forward);
         match result {

@@ -79,10 +79,12 @@ impl Tls {
         }
         let roots = Arc::new(roots);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-                .build()
-                .map_err(|e| tls_err("client verifier", e))?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| tls_err("client verifier", e))?;
         let server = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| tls_err("server protocol versions", e))?

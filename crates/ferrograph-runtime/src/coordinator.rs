@@ -717,8 +717,15 @@ impl<S: State> RunState<S> {
             async move {
                 match remote {
                     Some((placer, label)) => {
-                        crate::placement::run_remote(placer, &graph_name, &label, input, ctx, events)
-                            .await
+                        crate::placement::run_remote(
+                            placer,
+                            &graph_name,
+                            &label,
+                            input,
+                            ctx,
+                            events,
+                        )
+                        .await
                     }
                     None => call_node(f.as_ref(), input, ctx, events).await,
                 }

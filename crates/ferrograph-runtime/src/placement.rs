@@ -107,7 +107,9 @@ impl RemoteTask {
         ctx: &NodeContextParts,
     ) -> Result<Self, NodeError> {
         let input = serde_json::to_value(input).map_err(|e| {
-            NodeError::fatal(format!("the task's input cannot be sent to another node: {e}"))
+            NodeError::fatal(format!(
+                "the task's input cannot be sent to another node: {e}"
+            ))
         })?;
         Ok(RemoteTask {
             graph: graph.to_string(),
@@ -213,10 +215,7 @@ impl EventSink for ForwardSink {
     }
 
     fn wants(&self, kind: &NodeEventKind) -> bool {
-        matches!(
-            kind,
-            NodeEventKind::Custom(_) | NodeEventKind::Token { .. }
-        )
+        matches!(kind, NodeEventKind::Custom(_) | NodeEventKind::Token { .. })
     }
 }
 
@@ -237,13 +236,21 @@ pub(crate) async fn run_here<S: State>(
     };
     let NodeKind::Func(f) = &graph.node(index).kind else {
         return fail(
-            format!("node {} is a subgraph: only function nodes run on other nodes", task.node),
+            format!(
+                "node {} is a subgraph: only function nodes run on other nodes",
+                task.node
+            ),
             false,
         );
     };
     let input: S = match serde_json::from_value(task.input.clone()) {
         Ok(i) => i,
-        Err(e) => return fail(format!("the task's input is not this graph's state: {e}"), false),
+        Err(e) => {
+            return fail(
+                format!("the task's input is not this graph's state: {e}"),
+                false,
+            )
+        }
     };
     let sink: Arc<dyn EventSink> = Arc::new(ForwardSink(events));
     let ctx = ferrograph_core::node::NodeContext::new(task.context(Some(sink)));

@@ -342,6 +342,15 @@ impl Workflow for TriageWorkflow {
         Workflow::info(&*self.runner)
     }
 
+    async fn run_task(
+        &self,
+        task: ferrograph::runtime::placement::RemoteTask,
+        events: tokio::sync::mpsc::Sender<ferrograph::runtime::placement::RemoteEvent>,
+    ) -> ferrograph::runtime::placement::RemoteOutcome {
+        // Tasks placed here by another node's coordinator run on the typed graph.
+        Workflow::run_task(&*self.runner, task, events).await
+    }
+
     fn checkpointer(&self) -> Option<Arc<dyn CheckpointSaver>> {
         Workflow::checkpointer(&*self.runner)
     }
