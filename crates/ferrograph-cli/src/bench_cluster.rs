@@ -5,6 +5,8 @@
 //! - **Per-call overhead**: the same echo model (no model work, no delay) called in-process
 //!   and on a worker through [`ferrograph_cluster::ClusterChatModel`] (placement, the start
 //!   call, long polls), sequentially, with and without streamed pieces.
+//! - **Per-step overhead**: a three-step run with its middle step's task here, then placed
+//!   on a worker process (`ferrograph node --serve-tasks`).
 //! - **Spread**: a fan-out of echo calls over two workers; how many each served.
 //! - **Model-bound fan-out**: the same batch of real model calls on one worker, then on two,
 //!   with the CPU seconds each worker process spent, from which the throughput on separate
@@ -30,6 +32,15 @@ struct Worker {
 
 impl Worker {
     async fn start(name: &str, models: &[&str], join: Option<&str>) -> Result<Worker> {
+        Self::start_with(name, models, join, &[]).await
+    }
+
+    async fn start_with(
+        name: &str,
+        models: &[&str],
+        join: Option<&str>,
+        extra: &[&str],
+    ) -> Result<Worker> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -54,6 +65,7 @@ impl Worker {
         if let Some(j) = join {
             cmd.args(["--join", j]);
         }
+        cmd.args(extra);
         let mut child = cmd.spawn().context("starting a worker node")?;
         let stdout = child.stdout.take().context("the worker's output")?;
         let mut lines = BufReader::new(stdout).lines();
@@ -127,6 +139,9 @@ pub(crate) struct FanOut {
 pub(crate) struct ClusterBench {
     /// Per-call overhead, local against remote.
     pub(crate) overhead: Vec<CallCost>,
+    /// A three-step run (`demo` with one commit) with its middle step here and placed on a
+    /// worker process.
+    pub(crate) task: Vec<CallCost>,
     /// An echo fan-out over two workers: calls each served.
     pub(crate) spread: Vec<(String, u64)>,
     /// Real model calls on one and two workers.
@@ -265,6 +280,57 @@ pub(crate) async fn bench_cluster(
         (overhead, spread)
     };
 
+    // A step's task here against one on a worker process: `demo` with one commit runs
+    // split, classify, write; classify is placed.
+    let task = {
+        let tmp = tempfile::tempdir()?;
+        let data = tmp.path().display().to_string();
+        let w = Worker::start_with(
+            "tasks-1",
+            &[],
+            None,
+            &["--labels", "worker", "--serve-tasks", "--data-dir", &data],
+        )
+        .await?;
+        let node = coordinator(&[&w.addr]).await?;
+        let runs = calls / 2;
+        let mut out = Vec::new();
+        for placed in [false, true] {
+            let rt = ferrograph::Runtime::new().await?;
+            if placed {
+                rt.set_placer(std::sync::Arc::new(node.task_placer()));
+                rt.place("demo", "classify", "worker");
+            }
+            let runner = rt.load(ferrograph_basics::demo::graph()?).await?;
+            let input = || {
+                ferrograph::runtime::JsonInput::Update(
+                    serde_json::json!({"commits": ["fix: crash in the parser"]}),
+                )
+            };
+            let mut us = Vec::with_capacity(runs);
+            for i in 0..runs + 5 {
+                let t = Instant::now();
+                ferrograph::runtime::Workflow::invoke(
+                    &runner,
+                    input(),
+                    ferrograph::RunConfig::default(),
+                )
+                .await?;
+                if i >= 5 {
+                    us.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            let how = if placed {
+                "classify on a worker process"
+            } else {
+                "every step here"
+            };
+            out.push(cost(how, us));
+        }
+        node.shutdown().await;
+        out
+    };
+
     // The model-bound fan-out on one worker, then two.
     let (name, spec) = model_spec(model);
     let mut fan_out = Vec::new();
@@ -302,6 +368,7 @@ pub(crate) async fn bench_cluster(
 
     Ok(ClusterBench {
         overhead,
+        task,
         spread,
         fan_out,
         model: model.to_string(),
@@ -316,6 +383,19 @@ pub(crate) fn summary(b: &ClusterBench) -> String {
         out.push_str(&format!(
             "  {:<26} median {:>8.1} us   mean {:>8.1} us   ({} calls)\n",
             c.how, c.median_us, c.mean_us, c.calls
+        ));
+    }
+    out.push_str("a three-step run (demo, one commit), sequential:\n");
+    for c in &b.task {
+        out.push_str(&format!(
+            "  {:<30} median {:>8.1} us   mean {:>8.1} us   ({} runs)\n",
+            c.how, c.median_us, c.mean_us, c.calls
+        ));
+    }
+    if let [here, placed] = b.task.as_slice() {
+        out.push_str(&format!(
+            "  a step's task on another process costs {:.1} us more (median)\n",
+            placed.median_us - here.median_us
         ));
     }
     let spread: Vec<String> = b.spread.iter().map(|(n, k)| format!("{n} {k}")).collect();

@@ -551,3 +551,35 @@ fn smollm2_on_one_node_answers_the_chatbot_run_on_another() {
     assert!(answer.split_whitespace().count() >= 3, "{answer}");
     assert_eq!(served(root, &m.addr, "models"), 1);
 }
+
+/// The smoke version of `ferrograph bench cluster` (the README's figures come from the full
+/// one): every part runs and its placements add up.
+#[test]
+fn bench_cluster_runs_and_spreads_its_fan_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ferro(dir.path(), "")
+        .args(["bench", "cluster", "--quick", "--calls", "2", "--max-tokens", "4", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let b: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let spread: Vec<u64> = b["spread"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap())
+        .collect();
+    assert_eq!(spread.iter().sum::<u64>(), 100, "{b}");
+    assert!(spread.iter().all(|&n| n >= 20), "{b}");
+    assert_eq!(b["overhead"].as_array().unwrap().len(), 3);
+    assert_eq!(b["task"].as_array().unwrap().len(), 2);
+    for f in b["fan_out"].as_array().unwrap() {
+        let served: u64 = f["served"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[1].as_u64().unwrap())
+            .sum();
+        assert_eq!(served, 2, "{b}");
+    }
+}
