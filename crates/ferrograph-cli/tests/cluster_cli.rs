@@ -457,6 +457,47 @@ fn a_task_lost_with_a_killed_worker_runs_again_on_another_and_a_lone_one_fails_n
     drop(back);
 }
 
+/// A worker that stops answering without closing its connections (SIGSTOP: what a cut
+/// network looks like from here) is noticed within the configured failure timeout, and its
+/// task runs again on the other worker.
+#[test]
+fn a_frozen_worker_is_noticed_within_the_failure_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let m = Node::start(root, "m", &["--serve-model", "echo:50"]);
+    let w1 = Node::start(root, "w1", &["--labels", "worker", "--serve-tasks", "--join", &m.addr]);
+    let w2 = Node::start(root, "w2", &["--labels", "worker", "--serve-tasks", "--join", &m.addr]);
+    let question = words(40);
+    let mut c = ferro(&root.join("coordinator"), "test-secret");
+    let child = c
+        .env("FERROGRAPH_CLUSTER_JOIN", &m.addr)
+        .env("FERROGRAPH_PLACE", "chatbot/chatbot=worker")
+        .env("FERROGRAPH_CLUSTER_FAILURE_TIMEOUT", "2")
+        .args(["run", "chatbot", "--thread", "t", "--message", &question, "--stream"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let victim = busy(root, &m.addr, &["w1", "w2"]);
+    let frozen = if victim == "w1" { &w1 } else { &w2 };
+    let pid = frozen.child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let waited = t.elapsed();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    let t2 = text(&out);
+    assert!(out.status.success(), "{t2}");
+    assert!(t2.contains(&format!("cluster node {victim} was lost")), "{t2}");
+    assert!(t2.contains("no answer within"), "{t2}");
+    // Noticed after the poll's wait (1 s) and the failure timeout (2 s), not the 60 s a
+    // forgotten job takes to be swept; then the whole answer again (41 words at 50 ms).
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+    let msgs = thread_messages(root, "t");
+    assert_eq!(msgs.len(), 2);
+    assert_eq!(msgs[1]["content"], format!("node m heard: {question}"));
+}
+
 #[test]
 fn a_model_call_lost_with_its_model_node_moves_to_the_other() {
     let dir = tempfile::tempdir().unwrap();
