@@ -151,32 +151,10 @@ pub(crate) async fn serve(
         list(&node.info().models),
         list(graphs),
     ));
-    wait_for_stop().await;
+    ferrograph_server::stop_signal().await;
     crate::print::line(format!("node {} stopping", node.name()));
     node.shutdown().await;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn wait_for_stop() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// Loads a served model and answers one token, so the node says it is ready only once its

@@ -1683,7 +1683,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             }
             let runtime = app.runtime.clone();
             let shutdown = async move {
-                let _ = tokio::signal::ctrl_c().await;
+                // Ctrl-C or SIGTERM (a service manager stopping it): drain, then stop.
+                ferrograph_server::stop_signal().await;
                 runtime.shutdown(Duration::from_secs(30)).await;
             };
             ferrograph_server::serve(options, app.registry.clone(), app.saver.clone(), shutdown)

@@ -144,6 +144,14 @@ fn served(root: &Path, join: &str, name: &str) -> u64 {
         .map_or(0, |n| n["served"].as_u64().unwrap())
 }
 
+/// Runs `cmd`, which must fail saying `needle`.
+fn refused(cmd: &mut Command, needle: &str) {
+    let out = cmd.output().unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains(needle), "{t}");
+}
+
 fn words(n: usize) -> String {
     (0..n)
         .map(|i| format!("w{i}"))
@@ -200,74 +208,59 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     let a = Node::start(root, "a", &["--serve-model", "echo"]);
 
     // A wrong cookie is refused.
-    let out = ferro(&root.join("x"), "not-the-secret")
-        .args([
-            "cluster",
-            "status",
-            "--join",
-            &a.addr,
-            "--cookie-env",
-            COOKIE,
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("cookies differ"), "{}", text(&out));
+    let join = [
+        "cluster",
+        "status",
+        "--join",
+        &a.addr,
+        "--cookie-env",
+        COOKIE,
+    ];
+    refused(
+        ferro(&root.join("x"), "not-the-secret").args(join),
+        "cookies differ",
+    );
 
     // An empty cookie never starts.
-    let out = ferro(&root.join("x"), "")
-        .args(["node", "--name", "e", "--listen", "127.0.0.1:0"])
-        .args(["--cookie-env", COOKIE])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("cookie is empty"), "{}", text(&out));
-
-    // Off loopback without TLS is refused, listening or joining.
-    let out = ferro(&root.join("x"), "test-secret")
-        .args(["node", "--name", "open", "--listen", "0.0.0.0:0"])
-        .args(["--cookie-env", COOKIE])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("not a loopback address"),
-        "{}",
-        text(&out)
-    );
-    let out = ferro(&root.join("x"), "test-secret")
-        .args(["cluster", "status", "--join", "192.0.2.7:7400"])
-        .args(["--cookie-env", COOKIE])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("only over TLS"), "{}", text(&out));
-
-    // Another protocol version is refused by name, both ways.
-    let port = free_port();
-    let out = ferro(&root.join("x"), "test-secret")
-        .args([
+    let node = |name: &'static str, listen: String| {
+        let mut c = ferro(&root.join("x"), "test-secret");
+        c.args([
             "node",
             "--name",
-            "future",
+            name,
             "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args([
+            &listen,
             "--cookie-env",
             COOKIE,
-            "--protocol-version",
-            "99",
-            "--join",
-            &a.addr,
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let t = text(&out);
-    assert!(
-        t.contains("speaks ferrograph cluster protocol 1, this build speaks 99"),
-        "{t}"
+        ]);
+        c
+    };
+    let mut empty = node("e", "127.0.0.1:0".into());
+    refused(empty.env(COOKIE, ""), "cookie is empty");
+
+    // Off loopback without TLS is refused, listening or joining.
+    refused(
+        &mut node("open", "0.0.0.0:0".into()),
+        "not a loopback address",
+    );
+    let far = [
+        "cluster",
+        "status",
+        "--join",
+        "192.0.2.7:7400",
+        "--cookie-env",
+        COOKIE,
+    ];
+    refused(
+        ferro(&root.join("x"), "test-secret").args(far),
+        "only over TLS",
+    );
+
+    // Another protocol version is refused by name, both ways.
+    let mut future = node("future", format!("127.0.0.1:{}", free_port()));
+    refused(
+        future.args(["--protocol-version", "99", "--join", &a.addr]),
+        "speaks ferrograph cluster protocol 1, this build speaks 99",
     );
 
     // The right cookie sees the node, and not the refused ones.
@@ -327,31 +320,24 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
         .collect();
     names.sort_unstable();
     assert_eq!(names, vec!["b", "c"], "{s}");
-    let out = ferro(&root.join("x"), "test-secret")
-        .args([
-            "cluster",
-            "status",
-            "--join",
-            &b.addr,
-            "--cookie-env",
-            COOKIE,
-        ])
-        .args(tls("rogue"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{}", text(&out));
-    let out = ferro(&root.join("x"), "test-secret")
-        .args([
-            "cluster",
-            "status",
-            "--join",
-            &b.addr,
-            "--cookie-env",
-            COOKIE,
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{}", text(&out));
+    let join_b = [
+        "cluster",
+        "status",
+        "--join",
+        &b.addr,
+        "--cookie-env",
+        COOKIE,
+    ];
+    refused(
+        ferro(&root.join("x"), "test-secret")
+            .args(join_b)
+            .args(tls("rogue")),
+        &format!("could not join {}", b.addr),
+    );
+    refused(
+        ferro(&root.join("x"), "test-secret").args(join_b),
+        &format!("could not join {}", b.addr),
+    );
     drop(c);
 }
 
@@ -465,15 +451,31 @@ fn a_frozen_worker_is_noticed_within_the_failure_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let m = Node::start(root, "m", &["--serve-model", "echo:50"]);
-    let w1 = Node::start(root, "w1", &["--labels", "worker", "--serve-tasks", "--join", &m.addr]);
-    let w2 = Node::start(root, "w2", &["--labels", "worker", "--serve-tasks", "--join", &m.addr]);
+    let w1 = Node::start(
+        root,
+        "w1",
+        &["--labels", "worker", "--serve-tasks", "--join", &m.addr],
+    );
+    let w2 = Node::start(
+        root,
+        "w2",
+        &["--labels", "worker", "--serve-tasks", "--join", &m.addr],
+    );
     let question = words(40);
     let mut c = ferro(&root.join("coordinator"), "test-secret");
     let child = c
         .env("FERROGRAPH_CLUSTER_JOIN", &m.addr)
         .env("FERROGRAPH_PLACE", "chatbot/chatbot=worker")
         .env("FERROGRAPH_CLUSTER_FAILURE_TIMEOUT", "2")
-        .args(["run", "chatbot", "--thread", "t", "--message", &question, "--stream"])
+        .args([
+            "run",
+            "chatbot",
+            "--thread",
+            "t",
+            "--message",
+            &question,
+            "--stream",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -481,14 +483,21 @@ fn a_frozen_worker_is_noticed_within_the_failure_timeout() {
     let victim = busy(root, &m.addr, &["w1", "w2"]);
     let frozen = if victim == "w1" { &w1 } else { &w2 };
     let pid = frozen.child.id().to_string();
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();
     let waited = t.elapsed();
     let _ = Command::new("kill").args(["-CONT", &pid]).status();
     let t2 = text(&out);
     assert!(out.status.success(), "{t2}");
-    assert!(t2.contains(&format!("cluster node {victim} was lost")), "{t2}");
+    assert!(
+        t2.contains(&format!("cluster node {victim} was lost")),
+        "{t2}"
+    );
     assert!(t2.contains("no answer within"), "{t2}");
     // Noticed after the poll's wait (1 s) and the failure timeout (2 s), not the 60 s a
     // forgotten job takes to be swept; then the whole answer again (41 words at 50 ms).
@@ -599,7 +608,16 @@ fn smollm2_on_one_node_answers_the_chatbot_run_on_another() {
 fn bench_cluster_runs_and_spreads_its_fan_out() {
     let dir = tempfile::tempdir().unwrap();
     let out = ferro(dir.path(), "")
-        .args(["bench", "cluster", "--quick", "--calls", "2", "--max-tokens", "4", "--json"])
+        .args([
+            "bench",
+            "cluster",
+            "--quick",
+            "--calls",
+            "2",
+            "--max-tokens",
+            "4",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

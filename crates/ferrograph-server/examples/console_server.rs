@@ -65,28 +65,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
@@ -169,7 +147,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
     std::io::stdout().flush()?;
-    serve_on(listener, state, shutdown_signal()).await?;
+    serve_on(listener, state, ferrograph_server::stop_signal()).await?;
     Ok(())
 }
 

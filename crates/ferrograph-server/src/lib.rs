@@ -336,6 +336,30 @@ async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Respon
     next.run(req).await
 }
 
+/// Resolves on Ctrl-C, or on SIGTERM on Unix (what service managers and `kill` send): the
+/// moment to drain and stop.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 /// Serves the API and console for `registry` until `shutdown` resolves.
 ///
 /// Refuses ([`ServerError::TokenRequired`]) to bind a non-loopback address without a token.
