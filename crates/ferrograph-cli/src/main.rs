@@ -1745,7 +1745,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_filter(
             tracing_subscriber::EnvFilter::try_from_env("FERROGRAPH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // ractor_cluster warns about every node session that closes, which a cluster
+                // does routinely (a status query, a worker leaving); our own warning names the
+                // node when it matters.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ractor_cluster=error")),
         );
     tracing_subscriber::registry()
         .with(logs)
