@@ -1748,7 +1748,9 @@ fn main() -> ExitCode {
                 // ractor_cluster warns about every node session that closes, which a cluster
                 // does routinely (a status query, a worker leaving); our own warning names the
                 // node when it matters.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ractor_cluster=error")),
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,ractor_cluster=error")
+                }),
         );
     tracing_subscriber::registry()
         .with(logs)

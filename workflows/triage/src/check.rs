@@ -316,13 +316,20 @@ fn contains_word(hay: &str, needle: &str) -> bool {
 }
 
 /// Figures in the text that a reader would take as facts (a decimal, a percentage, a
-/// number of three digits or more): like names, they must come from the evidence.
+/// number of three digits or more, a date or a time of day): like names, they must come from
+/// the evidence.
 pub fn numbers_in(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for raw in text.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',') {
         let t = raw
             .trim_matches(['`', '"', '\''])
             .trim_end_matches(['.', ';', ':', '!', '?']);
+        if is_date_or_time(t) {
+            if !out.contains(&t.to_string()) {
+                out.push(t.to_string());
+            }
+            continue;
+        }
         let signed = t.trim_end_matches('%');
         let digits = signed.strip_prefix('-').unwrap_or(signed);
         let numeric = !digits.is_empty()
@@ -337,6 +344,23 @@ pub fn numbers_in(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A date or a time of day: three or more groups of digits joined by `-`, `/` or `:`
+/// (`2023-05-22`, `21:24:51.126`), the last one perhaps with a decimal part. A line range
+/// (`73-99`, two groups) is not one. SmolLM2 has put an invented timestamp in a ticket title
+/// ("Bug Report to striptags() (2023-05-22 21:24:51.126)") that no figure rule caught.
+fn is_date_or_time(t: &str) -> bool {
+    let groups: Vec<&str> = t.split(['-', '/', ':']).collect();
+    let Some((last, head)) = groups.split_last() else {
+        return false;
+    };
+    let digits = |g: &str| !g.is_empty() && g.chars().all(|c| c.is_ascii_digit());
+    let last_ok = match last.split_once('.') {
+        Some((whole, frac)) => digits(whole) && digits(frac),
+        None => digits(last),
+    };
+    groups.len() >= 3 && head.iter().all(|g| digits(g)) && last_ok
 }
 
 /// Words of at least two letters.
@@ -806,5 +830,24 @@ mod tests {
         ));
         assert!(!c.knows_figure("2.50"));
         assert!(c.knows_figure("-12.50"));
+    }
+
+    #[test]
+    fn invented_dates_and_times_are_refused_and_line_ranges_are_not_figures() {
+        let title = "Bug Report to striptags() (2023-05-22 21:24:51.126) - striptags() leaves tags";
+        assert_eq!(numbers_in(title), ["2023-05-22", "21:24:51.126"]);
+        let c = CheckContext::new(
+            "Bug Report: striptags() leaves tags and comments; released 2022-03-15",
+            "t",
+        );
+        assert!(matches!(
+            c.problems(title, 3)[..],
+            [Problem::UnknownName(ref f)] if f == "2023-05-22"
+        ));
+        assert!(c
+            .problems("striptags() leaves tags since the 2022-03-15 release", 3)
+            .is_empty());
+        assert!(numbers_in("see lines 73-99 and 12:30").is_empty());
+        assert!(numbers_in("version 2.1.1").is_empty());
     }
 }
