@@ -12,7 +12,7 @@
 //! caller's own jobs in flight, which the hosts may not have counted yet).
 
 use crate::error::ClusterError;
-use crate::node::{call, refuse_version, NodeShared};
+use crate::node::{ask_members, call, refuse_version, NodeShared};
 use crate::wire::{self, HostInfo, RemoteFailure, Reply, Request, WireMsg};
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -346,25 +346,19 @@ async fn poll(
 
 /// Every host of `group` that answers, with its description.
 pub(crate) async fn hosts(shared: &Arc<NodeShared>, group: &str) -> Vec<(ActorCell, HostInfo)> {
-    let mut set = tokio::task::JoinSet::new();
     let timeout = shared.failure_timeout.min(Duration::from_secs(2));
-    for cell in ractor::pg::get_members(&group.to_string()) {
-        let protocol = shared.protocol;
-        set.spawn(async move {
-            let r = call(&cell, protocol, "a host", &Request::Info, timeout).await;
-            (cell, r)
-        });
-    }
-    let mut out = Vec::new();
-    while let Some(r) = set.join_next().await {
-        match r {
-            Ok((cell, Ok(Reply::Host(info)))) => out.push((cell, info)),
-            Ok((_, Ok(_))) => {}
-            Ok((_, Err(e))) => tracing::warn!("a host did not describe itself: {e}"),
-            Err(e) => tracing::warn!("asking a host: {e}"),
-        }
-    }
-    out
+    ask_members(shared, group, timeout)
+        .await
+        .into_iter()
+        .filter_map(|(cell, reply)| match reply {
+            Ok(Reply::Host(info)) => Some((cell, info)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!("a host did not describe itself: {e}");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Takes a job off a host's local in-flight count when dropped.

@@ -192,9 +192,18 @@ impl Actor for NodeAgent {
 /// What happened to a session with another node.
 #[derive(Clone, Debug)]
 pub(crate) enum SessionEvent {
-    Authenticated { peer_addr: String },
-    Ready { node_id: u64, peer_addr: String },
-    Closed { peer_addr: String },
+    Authenticated {
+        peer_addr: String,
+    },
+    Ready {
+        node_id: u64,
+        peer_addr: String,
+        /// The peer opened the session (our side accepted it).
+        incoming: bool,
+    },
+    Closed {
+        peer_addr: String,
+    },
 }
 
 struct Events(broadcast::Sender<SessionEvent>);
@@ -218,6 +227,7 @@ impl NodeEventSubscription for Events {
         let _ = self.0.send(SessionEvent::Ready {
             node_id: ses.node_id,
             peer_addr: ses.peer_addr,
+            incoming: ses.is_server,
         });
     }
 }
@@ -340,7 +350,9 @@ impl ClusterNode {
         self.shared.info()
     }
 
-    /// Checks every new session's peer: one that speaks another protocol is disconnected.
+    /// Checks the peer of every session it accepts: one that speaks another protocol is
+    /// disconnected. (Sessions this node opens are the accepting side's to check; `join`
+    /// checks its own to give the caller the error.)
     fn watch_sessions(&self) {
         let mut rx = self.events.subscribe();
         let server = self.server.clone();
@@ -348,7 +360,11 @@ impl ClusterNode {
         let task = tokio::spawn(async move {
             loop {
                 match rx.recv().await {
-                    Ok(SessionEvent::Ready { node_id, peer_addr }) => {
+                    Ok(SessionEvent::Ready {
+                        node_id,
+                        peer_addr,
+                        incoming: true,
+                    }) => {
                         let server = server.clone();
                         let shared = shared.clone();
                         tokio::spawn(async move {
@@ -361,7 +377,7 @@ impl ClusterNode {
                     Ok(SessionEvent::Closed { peer_addr, .. }) => {
                         tracing::info!(peer = %peer_addr, "a node session closed");
                     }
-                    Ok(SessionEvent::Authenticated { .. }) => {}
+                    Ok(SessionEvent::Authenticated { .. } | SessionEvent::Ready { .. }) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => break,
                 }
@@ -424,7 +440,9 @@ impl ClusterNode {
                 SessionEvent::Authenticated { peer_addr, .. } if peer_addr == wanted => {
                     authenticated = true;
                 }
-                SessionEvent::Ready { node_id, peer_addr } if peer_addr == wanted => break node_id,
+                SessionEvent::Ready {
+                    node_id, peer_addr, ..
+                } if peer_addr == wanted => break node_id,
                 SessionEvent::Closed { peer_addr, .. } if peer_addr == wanted => {
                     // Two sessions with one peer (ours and one it opened to us) are settled by
                     // closing one: the other is the join.
@@ -464,30 +482,19 @@ impl ClusterNode {
     /// Every node this one is connected to, and itself, as their agents describe them.
     /// Nodes whose agent does not answer within the failure timeout are left out.
     pub async fn nodes(&self) -> Vec<NodeInfo> {
-        let members = ractor::pg::get_members(&NODES_GROUP.to_string());
-        let mut set = tokio::task::JoinSet::new();
-        for cell in members {
-            let shared = self.shared.clone();
-            set.spawn(async move {
-                call(
-                    &cell,
-                    shared.protocol,
-                    "a cluster node",
-                    &Request::Info,
-                    shared.failure_timeout,
-                )
-                .await
-            });
-        }
-        let mut out = Vec::new();
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(Reply::Node(info))) => out.push(info),
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!("a node did not describe itself: {e}"),
-                Err(e) => tracing::warn!("asking a node: {e}"),
-            }
-        }
+        let timeout = self.shared.failure_timeout;
+        let mut out: Vec<NodeInfo> = ask_members(&self.shared, NODES_GROUP, timeout)
+            .await
+            .into_iter()
+            .filter_map(|(_, reply)| match reply {
+                Ok(Reply::Node(info)) => Some(info),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!("a node did not describe itself: {e}");
+                    None
+                }
+            })
+            .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
@@ -501,6 +508,31 @@ impl ClusterNode {
         self.server.stop(None);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Asks every member of process group `group` to describe itself ([`Request::Info`]), all
+/// at once, each within `timeout`.
+pub(crate) async fn ask_members(
+    shared: &NodeShared,
+    group: &str,
+    timeout: Duration,
+) -> Vec<(ActorCell, Result<Reply, ClusterError>)> {
+    let mut set = tokio::task::JoinSet::new();
+    for cell in ractor::pg::get_members(&group.to_string()) {
+        let protocol = shared.protocol;
+        set.spawn(async move {
+            let r = call(&cell, protocol, "a cluster member", &Request::Info, timeout).await;
+            (cell, r)
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(answer) => out.push(answer),
+            Err(e) => tracing::warn!("asking a cluster member: {e}"),
+        }
+    }
+    out
 }
 
 /// Finds the agent of the peer behind session `node_id` and checks its protocol version; a

@@ -10,7 +10,7 @@
 use crate::config::RunConfig;
 use crate::error::RunError;
 use crate::events::EventTx;
-use crate::pool::{call_node, AgentMsg, AgentPool, ReplyGuard, TaskRequest};
+use crate::pool::{run_func_task, AgentMsg, AgentPool, ReplyGuard, TaskRequest};
 use crate::runtime::{RunGuard, RuntimeInner};
 use crate::writer::Writer;
 use ferrograph_core::checkpoint::{
@@ -712,25 +712,8 @@ impl<S: State> RunState<S> {
             .runtime
             .upgrade()
             .and_then(|rt| rt.remote_for(&self.args.graph, node));
-        let graph_name = self.args.graph.name().to_string();
         let work = AssertUnwindSafe(
-            async move {
-                match remote {
-                    Some((placer, label)) => {
-                        crate::placement::run_remote(
-                            placer,
-                            &graph_name,
-                            &label,
-                            input,
-                            ctx,
-                            events,
-                        )
-                        .await
-                    }
-                    None => call_node(f.as_ref(), input, ctx, events).await,
-                }
-            }
-            .instrument(span),
+            run_func_task(remote, f.as_ref(), input, ctx, events).instrument(span),
         )
         .catch_unwind();
         // One timer for whichever comes first, the node's timeout or the run's deadline.

@@ -143,17 +143,33 @@ impl RemoteTask {
     }
 }
 
-/// Runs a task of node `graph`/`ctx.node` through `placer`, forwarding its events to
-/// `events` as the node's own.
-pub(crate) async fn run_remote<S: State>(
-    placer: Arc<dyn TaskPlacer>,
-    graph: &str,
-    label: &str,
+/// Where a placed node's tasks go: the placer, the graph's name and the label.
+pub(crate) struct Remote {
+    pub(crate) placer: Arc<dyn TaskPlacer>,
+    pub(crate) graph: String,
+    pub(crate) label: String,
+}
+
+impl Remote {
+    /// Runs a task of node `ctx.node` through the placer, forwarding its events to `events`
+    /// as the node's own.
+    pub(crate) async fn run<S: State>(
+        self,
+        input: Arc<S>,
+        ctx: NodeContextParts,
+        events: Option<crate::events::EventTx<S>>,
+    ) -> TaskResult<S> {
+        run_remote(self, input, ctx, events).await
+    }
+}
+
+async fn run_remote<S: State>(
+    remote: Remote,
     input: Arc<S>,
     ctx: NodeContextParts,
     events: Option<crate::events::EventTx<S>>,
 ) -> TaskResult<S> {
-    let task = match RemoteTask::new(graph, label, input.as_ref(), &ctx) {
+    let task = match RemoteTask::new(&remote.graph, &remote.label, input.as_ref(), &ctx) {
         Ok(t) => t,
         Err(e) => return TaskResult::Failed(e),
     };
@@ -178,7 +194,7 @@ pub(crate) async fn run_remote<S: State>(
             }
         }
     };
-    let (result, ()) = tokio::join!(placer.run(task, tx), forward);
+    let (result, ()) = tokio::join!(remote.placer.run(task, tx), forward);
     match result {
         Ok(RemoteOutcome::Output(json)) => match serde_json::from_value::<NodeOutput<S>>(json) {
             Ok(out) => TaskResult::Output(out),
@@ -253,15 +269,21 @@ pub(crate) async fn run_here<S: State>(
         }
     };
     let sink: Arc<dyn EventSink> = Arc::new(ForwardSink(events));
-    let ctx = ferrograph_core::node::NodeContext::new(task.context(Some(sink)));
-    let run = std::panic::AssertUnwindSafe(f.call(Arc::new(input), ctx)).catch_unwind();
+    let parts = task.context(Some(sink));
+    let run = std::panic::AssertUnwindSafe(crate::pool::call_node(
+        f.as_ref(),
+        Arc::new(input),
+        parts,
+        None,
+    ))
+    .catch_unwind();
     match run.await {
-        Ok(Ok(out)) => match serde_json::to_value(&out) {
+        Ok(TaskResult::Output(out)) => match serde_json::to_value(&out) {
             Ok(json) => RemoteOutcome::Output(json),
             Err(e) => fail(format!("the node's output cannot be sent back: {e}"), false),
         },
-        Ok(Err(NodeError::Interrupted(list))) => RemoteOutcome::Interrupted(list),
-        Ok(Err(e)) => fail(e.to_string(), e.is_retryable()),
+        Ok(TaskResult::Interrupted { interrupts, .. }) => RemoteOutcome::Interrupted(interrupts),
+        Ok(TaskResult::Failed(e)) => fail(e.to_string(), e.is_retryable()),
         Err(panic) => fail(
             format!(
                 "panicked on the worker: {}",

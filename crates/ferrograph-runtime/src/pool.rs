@@ -98,7 +98,10 @@ pub(crate) async fn call_node<S: State>(
     ctx: NodeContextParts,
     events: Option<crate::events::EventTx<S>>,
 ) -> TaskResult<S> {
-    let sink = events.map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>);
+    // Events go to the run's stream; a task received from another node brings its own sink.
+    let sink = events
+        .map(|e| Arc::new(e) as Arc<dyn ferrograph_core::node::EventSink>)
+        .or(ctx.sink.clone());
     let ctx = NodeContext::new(NodeContextParts { sink, ..ctx });
     match f.call(input, ctx).await {
         Ok(out) => TaskResult::Output(out),
@@ -107,6 +110,20 @@ pub(crate) async fn call_node<S: State>(
             child: None,
         },
         Err(e) => TaskResult::Failed(e),
+    }
+}
+
+/// Runs a function node's task here, or on another node when it is placed there.
+pub(crate) async fn run_func_task<S: State>(
+    remote: Option<crate::placement::Remote>,
+    f: &dyn ferrograph_core::node::NodeFn<S>,
+    input: Arc<S>,
+    ctx: NodeContextParts,
+    events: Option<crate::events::EventTx<S>>,
+) -> TaskResult<S> {
+    match remote {
+        Some(remote) => remote.run(input, ctx, events).await,
+        None => call_node(f, input, ctx, events).await,
     }
 }
 
@@ -171,20 +188,7 @@ impl<S: State> Actor for AgentActor<S> {
                         .runtime
                         .upgrade()
                         .and_then(|rt| rt.remote_for(&pool.graph, node));
-                    match remote {
-                        Some((placer, label)) => {
-                            crate::placement::run_remote(
-                                placer,
-                                pool.graph.name(),
-                                &label,
-                                input,
-                                ctx,
-                                events.clone(),
-                            )
-                            .await
-                        }
-                        None => call_node(f.as_ref(), input, ctx, events.clone()).await,
-                    }
+                    run_func_task(remote, f.as_ref(), input, ctx, events.clone()).await
                 }
                 NodeKind::Foreign(child) => {
                     let Some(runtime) = pool.runtime.upgrade() else {

@@ -59,13 +59,14 @@ impl RuntimeInner {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// Where the tasks of `graph`'s node `node` run: the placer and the label, when the node
-    /// has a label (its own, or one given with [`Runtime::place`]) and there is a placer.
+    /// Where the tasks of `graph`'s node `node` run: elsewhere when the node has a label (its
+    /// own, or one given with [`Runtime::place`]) and there is a placer; `None` (here) costs no
+    /// allocation.
     pub(crate) fn remote_for<S: State>(
         &self,
         graph: &CompiledGraph<S>,
         node: usize,
-    ) -> Option<(Arc<dyn crate::placement::TaskPlacer>, String)> {
+    ) -> Option<crate::placement::Remote> {
         let placer = self.placer.read().clone()?;
         let spec = graph.node(node);
         let label = spec.options.placement.clone().or_else(|| {
@@ -74,7 +75,11 @@ impl RuntimeInner {
                 .get(&(graph.name().to_string(), spec.name.to_string()))
                 .cloned()
         })?;
-        Some((placer, label))
+        Some(crate::placement::Remote {
+            placer,
+            graph: graph.name().to_string(),
+            label,
+        })
     }
 
     /// The agent pool of `graph`, started on first use (or again after an escalation).
