@@ -421,7 +421,17 @@ impl ClusterNode {
             }
             None => ractor_cluster::client_connect(&self.server, target).await,
         }
-        .map_err(|e| join_err(e.to_string()))?;
+        .map_err(|e| {
+            join_err(match e {
+                ractor_cluster::ClientConnectErr::Socket(io) => format!(
+                    "nothing answers there ({io}): start a node there (`ferrograph node --listen {target}`) or check the address"
+                ),
+                ractor_cluster::ClientConnectErr::Encryption(io) => {
+                    format!("the TLS handshake failed: {io}")
+                }
+                other => other.to_string(),
+            })
+        })?;
         let wanted = target.to_string();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut authenticated = false;
