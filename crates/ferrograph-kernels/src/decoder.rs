@@ -557,126 +557,215 @@ impl DecoderModel {
     /// Runs `tokens` at positions `pos..` (dropping any cached tokens from `pos` on) and
     /// returns the logits of the last one.
     pub fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>, String> {
-        let w = self.w.clone();
-        let cfg = &w.cfg;
-        if tokens.is_empty() {
+        let mut one = [BatchItem {
+            model: self,
+            tokens,
+            pos,
+        }];
+        let mut logits = forward_batch(&mut one)?;
+        logits.pop().ok_or_else(|| "no logits".to_string())
+    }
+}
+
+/// One sequence's part of a batched forward pass ([`forward_batch`]).
+#[derive(Debug)]
+pub struct BatchItem<'a> {
+    /// The sequence: the shared weights and its own KV cache.
+    pub model: &'a mut DecoderModel,
+    /// Its new tokens (one while decoding, a chunk of the prompt while prefilling).
+    pub tokens: &'a [u32],
+    /// The position of its first new token (cached tokens from there on are dropped).
+    pub pos: usize,
+}
+
+/// Runs several sequences of one model in one forward pass and returns, per sequence, the
+/// logits of its last new token.
+///
+/// The rows of every sequence go through each matrix product together, so the weights are
+/// read once per pass rather than once per sequence: decoding four sequences costs little
+/// more than decoding one. Positions, rotary angles, KV caches and attention stay per
+/// sequence. Every operation is computed row by row in the same order whatever else is in
+/// the batch, so a sequence's logits are bit for bit those of [`DecoderModel::forward`] on it
+/// alone.
+pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, String> {
+    let Some(first) = items.first() else {
+        return Ok(Vec::new());
+    };
+    let w = first.model.w.clone();
+    let cfg = &w.cfg;
+    for it in items.iter() {
+        if !Arc::ptr_eq(&it.model.w, &w) {
+            return Err("a batch holds sequences of different models".into());
+        }
+        if it.tokens.is_empty() {
             return Err("no tokens".into());
         }
-        if pos > self.len {
+        if it.pos > it.model.len {
             return Err(format!(
-                "position {pos} is past the {} cached tokens",
-                self.len
+                "position {} is past the {} cached tokens",
+                it.pos, it.model.len
             ));
         }
-        self.truncate(pos);
-        let (d, hd, t_n) = (cfg.dim, cfg.head_dim, tokens.len());
-        let (qd, kv) = (cfg.q_dim(), cfg.kv_dim());
-        let mut x = vec![0f32; t_n * d];
-        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
-            if !w.embed.dequantize_row(tok as usize, row) {
-                return Err(format!(
-                    "token {tok} is outside the vocabulary of {}",
-                    cfg.vocab
-                ));
-            }
+    }
+    let (d, hd) = (cfg.dim, cfg.head_dim);
+    let (qd, kv) = (cfg.q_dim(), cfg.kv_dim());
+    // Row ranges of the sequences in the stacked activations.
+    let mut spans = Vec::with_capacity(items.len());
+    let mut t_n = 0;
+    for it in items.iter() {
+        spans.push(t_n..t_n + it.tokens.len());
+        t_n += it.tokens.len();
+    }
+    let mut x = vec![0f32; t_n * d];
+    for (row, &tok) in x
+        .chunks_exact_mut(d)
+        .zip(items.iter().flat_map(|it| it.tokens))
+    {
+        if !w.embed.dequantize_row(tok as usize, row) {
+            return Err(format!(
+                "token {tok} is outside the vocabulary of {}",
+                cfg.vocab
+            ));
         }
-        if cfg.family == Family::Gemma3 {
-            let s = (d as f32).sqrt();
-            x.iter_mut().for_each(|v| *v *= s);
-        }
-        // RoPE angles of the new positions.
-        let global = RopeTable::new(&w.rope_global, pos, t_n);
-        let local = w.rope_local.as_ref().map(|f| RopeTable::new(f, pos, t_n));
-        let mut h = vec![0f32; t_n * d];
-        let mut act = QAct::default();
-        let (mut q, mut k, mut v) = (
-            vec![0f32; t_n * qd],
-            vec![0f32; t_n * kv],
-            vec![0f32; t_n * kv],
+    }
+    for it in items.iter_mut() {
+        it.model.truncate(it.pos);
+    }
+    if cfg.family == Family::Gemma3 {
+        let s = (d as f32).sqrt();
+        x.iter_mut().for_each(|v| *v *= s);
+    }
+    // RoPE angles of each sequence's new positions.
+    let tables: Vec<(RopeTable, Option<RopeTable>)> = items
+        .iter()
+        .map(|it| {
+            let n = it.tokens.len();
+            (
+                RopeTable::new(&w.rope_global, it.pos, n),
+                w.rope_local.as_ref().map(|f| RopeTable::new(f, it.pos, n)),
+            )
+        })
+        .collect();
+    let mut h = vec![0f32; t_n * d];
+    let mut act = QAct::default();
+    let (mut q, mut k, mut v) = (
+        vec![0f32; t_n * qd],
+        vec![0f32; t_n * kv],
+        vec![0f32; t_n * kv],
+    );
+    let mut attn = vec![0f32; t_n * qd];
+    let mut o = vec![0f32; t_n * d];
+    let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
+    let neox = cfg.neox_rope();
+    // Element-wise work and activation quantization are split over the kernels' pool by
+    // token rows (one token, as in decode, runs on the calling thread).
+    let pool = kernels::pool::global();
+    for (li, layer) in w.layers.iter().enumerate() {
+        rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
+        act.quantize_on(pool, &h, d);
+        kernels::matmul(
+            &mut [
+                (&layer.wq, &mut q[..]),
+                (&layer.wk, &mut k[..]),
+                (&layer.wv, &mut v[..]),
+            ],
+            &act,
         );
-        let mut attn = vec![0f32; t_n * qd];
-        let mut o = vec![0f32; t_n * d];
-        let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
-        let total = pos + t_n;
-        let neox = cfg.neox_rope();
-        // Element-wise work and activation quantization are split over the kernels' pool by
-        // token rows (one token, as in decode, runs on the calling thread).
-        let pool = kernels::pool::global();
-        for (li, layer) in w.layers.iter().enumerate() {
-            rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
-            act.quantize_on(pool, &h, d);
-            kernels::matmul(
-                &mut [
-                    (&layer.wq, &mut q[..]),
-                    (&layer.wk, &mut k[..]),
-                    (&layer.wv, &mut v[..]),
-                ],
-                &act,
-            );
-            if let Some([bq, bk, bv]) = &layer.bias {
-                add_rows(&mut q, bq);
-                add_rows(&mut k, bk);
-                add_rows(&mut v, bv);
-            }
-            if let Some([nq, nk]) = &layer.qk_norm {
-                rms_norm_in_place(&mut q, nq, cfg.eps);
-                rms_norm_in_place(&mut k, nk, cfg.eps);
-            }
-            let (table, window) = match (&local, layer.sliding) {
-                (Some(local), true) => (local, cfg.sliding_window),
-                _ => (&global, None),
+        if let Some([bq, bk, bv]) = &layer.bias {
+            add_rows(&mut q, bq);
+            add_rows(&mut k, bk);
+            add_rows(&mut v, bv);
+        }
+        if let Some([nq, nk]) = &layer.qk_norm {
+            rms_norm_in_place(&mut q, nq, cfg.eps);
+            rms_norm_in_place(&mut k, nk, cfg.eps);
+        }
+        // Sliding-window layers attend through the window with the local rotary base.
+        let local_layer = layer.sliding && w.rope_local.is_some();
+        let window = if local_layer {
+            cfg.sliding_window
+        } else {
+            None
+        };
+        for ((it, span), (global, local)) in items.iter_mut().zip(&spans).zip(&tables) {
+            let table = match (local, local_layer) {
+                (Some(local), true) => local,
+                _ => global,
             };
-            rope(&mut q, hd, &table.cos, &table.sin, neox);
-            rope(&mut k, hd, &table.cos, &table.sin, neox);
-            let (kc, vc) = (&mut self.k[li], &mut self.v[li]);
+            let (qs, ks) = (
+                &mut q[span.start * qd..span.end * qd],
+                &mut k[span.start * kv..span.end * kv],
+            );
+            rope(qs, hd, &table.cos, &table.sin, neox);
+            rope(ks, hd, &table.cos, &table.sin, neox);
+            let total = it.pos + span.len();
+            let (kc, vc) = (&mut it.model.k[li], &mut it.model.v[li]);
             if kc.capacity() < total * kv {
                 let want = (total + 256) * kv;
                 kc.reserve(want - kc.len());
                 vc.reserve(want - vc.len());
             }
-            kc.extend_from_slice(&k);
-            vc.extend_from_slice(&v);
-            attention(cfg, &q, kc, vc, pos, t_n, window, &mut attn);
-            act.quantize_on(pool, &attn, qd);
-            kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
-            if let Some(n) = &layer.post_attn_norm {
-                rms_norm_in_place(&mut o, n, cfg.eps);
-            }
-            add(&mut x, &o);
-            rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
-            act.quantize_on(pool, &h, d);
-            kernels::matmul(
-                &mut [(&layer.gate, &mut g[..]), (&layer.up, &mut u[..])],
-                &act,
-            );
-            let gelu = cfg.family == Family::Gemma3;
-            pool.for_each_piece(&mut g, cfg.ffn, &|at, gate| {
-                let up = &u[at..at + gate.len()];
-                if gelu {
-                    gate.iter_mut()
-                        .zip(up)
-                        .for_each(|(a, b)| *a = gelu_tanh(*a) * b);
-                } else {
-                    gate.iter_mut().zip(up).for_each(|(a, b)| *a = silu(*a) * b);
-                }
-            });
-            act.quantize_on(pool, &g, cfg.ffn);
-            kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
-            if let Some(n) = &layer.post_ffn_norm {
-                rms_norm_in_place(&mut o, n, cfg.eps);
-            }
-            add(&mut x, &o);
+            kc.extend_from_slice(ks);
+            vc.extend_from_slice(&v[span.start * kv..span.end * kv]);
         }
-        self.len = total;
-        let last = &x[(t_n - 1) * d..];
-        let mut hl = vec![0f32; d];
-        rms_norm(last, &w.norm, cfg.eps, &mut hl);
-        act.quantize(&hl, d);
-        let head = w.output.as_ref().unwrap_or(&w.embed);
-        let mut logits = vec![0f32; cfg.vocab];
-        kernels::matmul(&mut [(head, &mut logits[..])], &act);
-        Ok(logits)
+        let seqs: Vec<AttnSeq<'_>> = items
+            .iter()
+            .zip(&spans)
+            .map(|(it, span)| AttnSeq {
+                kc: &it.model.k[li],
+                vc: &it.model.v[li],
+                pos: it.pos,
+                rows: span.clone(),
+            })
+            .collect();
+        attention(cfg, &q, &seqs, window, &mut attn);
+        act.quantize_on(pool, &attn, qd);
+        kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
+        if let Some(n) = &layer.post_attn_norm {
+            rms_norm_in_place(&mut o, n, cfg.eps);
+        }
+        add(&mut x, &o);
+        rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
+        act.quantize_on(pool, &h, d);
+        kernels::matmul(
+            &mut [(&layer.gate, &mut g[..]), (&layer.up, &mut u[..])],
+            &act,
+        );
+        let gelu = cfg.family == Family::Gemma3;
+        pool.for_each_piece(&mut g, cfg.ffn, &|at, gate| {
+            let up = &u[at..at + gate.len()];
+            if gelu {
+                gate.iter_mut()
+                    .zip(up)
+                    .for_each(|(a, b)| *a = gelu_tanh(*a) * b);
+            } else {
+                gate.iter_mut().zip(up).for_each(|(a, b)| *a = silu(*a) * b);
+            }
+        });
+        act.quantize_on(pool, &g, cfg.ffn);
+        kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
+        if let Some(n) = &layer.post_ffn_norm {
+            rms_norm_in_place(&mut o, n, cfg.eps);
+        }
+        add(&mut x, &o);
     }
+    for (it, span) in items.iter_mut().zip(&spans) {
+        it.model.len = it.pos + span.len();
+    }
+    // The output head over the last row of each sequence, in one product.
+    let n = items.len();
+    let mut hl = vec![0f32; n * d];
+    for (row, span) in hl.chunks_exact_mut(d).zip(&spans) {
+        rms_norm(&x[(span.end - 1) * d..span.end * d], &w.norm, cfg.eps, row);
+    }
+    act.quantize(&hl, d);
+    let head = w.output.as_ref().unwrap_or(&w.embed);
+    let mut logits = vec![0f32; n * cfg.vocab];
+    kernels::matmul(&mut [(head, &mut logits[..])], &act);
+    Ok(logits
+        .chunks_exact(cfg.vocab)
+        .map(<[f32]>::to_vec)
+        .collect())
 }
 
 /// Cosines and sines of one rotary frequency table at the positions of one forward pass.
@@ -830,16 +919,25 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
     }
 }
 
-/// Causal attention of the `t_n` new rows (positions `pos..`) over the cache; with a
-/// `window`, a row at position `p` sees only positions `p - window + 1 ..= p`.
-#[allow(clippy::too_many_arguments)]
+/// One sequence's view for [`attention`]: its KV cache (new rows appended) and where its
+/// new rows lie in the batch.
+struct AttnSeq<'a> {
+    kc: &'a [f32],
+    vc: &'a [f32],
+    /// Position of its first new row.
+    pos: usize,
+    /// Its rows in the stacked queries and outputs.
+    rows: std::ops::Range<usize>,
+}
+
+/// Causal attention of every sequence's new rows over its own cache; with a `window`, a row
+/// at position `p` sees only positions `p - window + 1 ..= p`. The work is split over the
+/// pool by (sequence, head); each head of each row is computed by the same code, in the same
+/// order, whatever the split.
 fn attention(
     cfg: &DecoderConfig,
     q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    pos: usize,
-    t_n: usize,
+    seqs: &[AttnSeq<'_>],
     window: Option<usize>,
     out: &mut [f32],
 ) {
@@ -848,62 +946,81 @@ fn attention(
     let group = heads / cfg.kv_heads;
     let d = cfg.q_dim();
     let scale = cfg.attn_scale;
-    // Per head: [t][hd], so that each head's output is one disjoint chunk.
-    let mut per_head = vec![0f32; heads * t_n * hd];
+    let t_total: usize = seqs.iter().map(|s| s.rows.len()).sum();
+    // Per (sequence, head): [t][hd], so that each unit's output is one disjoint chunk.
+    let mut per_head = vec![0f32; heads * t_total * hd];
     {
-        let chunks: Vec<Mutex<&mut [f32]>> =
-            per_head.chunks_mut(t_n * hd).map(Mutex::new).collect();
-        let one_head = |h: usize| {
-            let mut dst = chunks[h].lock();
+        let mut chunks: Vec<Mutex<&mut [f32]>> = Vec::with_capacity(seqs.len() * heads);
+        let mut rest = &mut per_head[..];
+        for s in seqs {
+            for _ in 0..heads {
+                let (chunk, tail) = rest.split_at_mut(s.rows.len() * hd);
+                chunks.push(Mutex::new(chunk));
+                rest = tail;
+            }
+        }
+        let one_head = |unit: usize| {
+            let (s, h) = (&seqs[unit / heads], unit % heads);
+            let mut dst = chunks[unit].lock();
             let g = h / group;
+            let (pos, t_n) = (s.pos, s.rows.len());
             let mut scores = vec![0f32; pos + t_n];
             for t in 0..t_n {
                 let n = pos + t + 1;
                 let first = window.map_or(0, |w| n.saturating_sub(w));
-                let qv = &q[t * d + h * hd..t * d + (h + 1) * hd];
+                let row = s.rows.start + t;
+                let qv = &q[row * d + h * hd..row * d + (h + 1) * hd];
                 let mut mx = f32::NEG_INFINITY;
-                for (j, s) in scores[first..n].iter_mut().enumerate() {
+                for (j, sc) in scores[first..n].iter_mut().enumerate() {
                     let j = first + j;
-                    *s = dot8(qv, &kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
-                    mx = mx.max(*s);
+                    *sc = dot8(qv, &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
+                    mx = mx.max(*sc);
                 }
                 let mut sum = 0f32;
-                for s in scores[first..n].iter_mut() {
-                    *s = exp_approx(*s - mx);
-                    sum += *s;
+                for sc in scores[first..n].iter_mut() {
+                    *sc = exp_approx(*sc - mx);
+                    sum += *sc;
                 }
                 let inv = 1.0 / sum;
                 let o = &mut dst[t * hd..(t + 1) * hd];
                 o.fill(0.0);
-                for (j, s) in scores[first..n].iter().enumerate() {
+                for (j, sc) in scores[first..n].iter().enumerate() {
                     let j = first + j;
-                    let p = s * inv;
-                    let vr = &vc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                    let p = sc * inv;
+                    let vr = &s.vc[j * kv + g * hd..j * kv + (g + 1) * hd];
                     for (a, b) in o.iter_mut().zip(vr) {
                         *a += p * b;
                     }
                 }
             }
         };
+        let units = seqs.len() * heads;
         let pool = kernels::pool::global();
-        if t_n > 1 && pool.threads() > 1 {
+        if t_total > 1 && pool.threads() > 1 {
             let n = pool.threads();
             pool.run(&|tid| {
-                for h in (tid..heads).step_by(n) {
-                    one_head(h);
+                for unit in (tid..units).step_by(n) {
+                    one_head(unit);
                 }
             });
         } else {
-            for h in 0..heads {
-                one_head(h);
+            for unit in 0..units {
+                one_head(unit);
             }
         }
     }
-    for t in 0..t_n {
+    let mut at = 0;
+    for s in seqs {
+        let t_n = s.rows.len();
         for h in 0..heads {
-            out[t * d + h * hd..t * d + (h + 1) * hd]
-                .copy_from_slice(&per_head[(h * t_n + t) * hd..(h * t_n + t + 1) * hd]);
+            for t in 0..t_n {
+                let row = s.rows.start + t;
+                let src = at + (h * t_n + t) * hd;
+                out[row * d + h * hd..row * d + (h + 1) * hd]
+                    .copy_from_slice(&per_head[src..src + hd]);
+            }
         }
+        at += heads * t_n * hd;
     }
 }
 

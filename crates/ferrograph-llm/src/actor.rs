@@ -2,27 +2,32 @@
 //! concurrent agents share one model safely. Models are loaded once per process and cached by
 //! path and load options.
 //!
-//! **Fairness.** Requests wait in one queue per user ([`GenerateOptions::user`], by default
-//! the calling tokio task or thread) and the actor serves the users round-robin, one whole
-//! request at a time: a caller that queues twenty requests delays another caller's request
-//! by at most one of them, not twenty. Within one user, requests run in arrival order.
-//! Waiting requests are bounded (`queue_capacity` in the actor plus as many in its inbox);
-//! past that, callers wait to enqueue (backpressure). A request whose caller has gone away
-//! is dropped without running.
+//! **Continuous batching.** The actor keeps up to [`LoadOptions::max_batch`] requests in
+//! flight, each a [`Sequence`] with its own KV cache, position, sampler, output grammar and
+//! stop rule, and advances all of them by one forward pass per step: the rows of every
+//! sequence go through each matrix product together, so the weights are read once for all
+//! of them ([`ferrograph_kernels::decoder::forward_batch`]). A request that arrives while
+//! others decode joins at the next step; while others are in flight its prompt is computed
+//! in chunks of [`PREFILL_CHUNK`] tokens, one chunk per step, so that a long prompt delays
+//! their next tokens by one chunk's time rather than by the whole prompt's. A sequence's
+//! tokens are the same batched as alone (greedy decoding gives the same text). The
+//! prompt-prefix cache is shared: a newcomer starts from the longest cached prefix of its
+//! prompt. Text pieces stream per request as they are final. candle's models cannot share a
+//! pass (their KV cache lives in the model, at one position), so with them the actor serves
+//! one request at a time.
 //!
-//! **No batching.** candle's quantized models (`quantized_llama`, `quantized_qwen2/3`,
-//! `quantized_phi3`, `quantized_gemma3`) keep one KV cache per model instance and advance it
-//! from a single scalar position: a forward pass over a batch of rows would need every row
-//! at the same position with the same history. Concurrent requests have different prompts
-//! and lengths, so they cannot share a forward pass without per-row caches, positions and
-//! attention masks, which these models do not have. Requests therefore run one after the
-//! other; what they share is the prompt-prefix KV cache (a common system prompt is computed
-//! once). On a CPU with few cores a single request already uses every core for its matrix
-//! products, so batching would mostly help GPUs.
+//! **Fairness.** Requests wait in one queue per user ([`GenerateOptions::user`], by default
+//! the calling tokio task or thread), and free places in the batch go to the users
+//! round-robin: a caller that queues twenty requests delays another caller's request by at
+//! most one batch place, not twenty. Within one user, requests start in arrival order.
+//! Waiting requests are bounded (`queue_capacity` in the actor plus as many in its inbox);
+//! past that, callers wait to enqueue (backpressure). A request whose caller has gone away is
+//! dropped without running, or stopped at its next step.
 
 use crate::engine::{Engine, Generation, ModelInfo, Shared};
 use crate::error::LlmError;
 use crate::options::{GenerateOptions, LoadOptions};
+use crate::sequence::Sequence;
 use ferrograph_core::message::Message;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -75,50 +80,29 @@ impl ModelHandle {
     /// Loads `path` and starts its actor (blocking; prefer [`load_model`], which caches).
     pub fn spawn(path: &Path, options: &LoadOptions) -> Result<Self, LlmError> {
         let engine = Engine::load(path, options)?;
-        Ok(Self::from_engine(engine, options.queue_capacity.max(1)))
+        Ok(Self::from_engine(
+            engine,
+            options.queue_capacity.max(1),
+            options.max_batch,
+        ))
     }
 
-    /// Starts an actor that owns `engine`.
-    pub fn from_engine(mut engine: Engine, queue_capacity: usize) -> Self {
+    /// Starts an actor that owns `engine`, batching up to `max_batch` requests (see the
+    /// module documentation).
+    pub fn from_engine(engine: Engine, queue_capacity: usize, max_batch: usize) -> Self {
         let shared = engine.shared();
-        let (tx, mut rx) = mpsc::channel::<Job>(queue_capacity.max(1));
+        let capacity = queue_capacity.max(1);
+        let (tx, rx) = mpsc::channel::<Job>(capacity);
         let name = format!("llm-{}", shared.info.name);
         let actor_shared = shared.clone();
-        let capacity = queue_capacity.max(1);
-        let spawned = std::thread::Builder::new().name(name).spawn(move || {
-            let mut queue = FairQueue::default();
-            loop {
-                // Take in what arrived (up to the capacity), waiting only when idle.
-                while queue.len() < capacity {
-                    match rx.try_recv() {
-                        Ok(job) => queue.push(job),
-                        Err(_) => break,
-                    }
-                }
-                if queue.is_empty() {
-                    match rx.blocking_recv() {
-                        Some(job) => queue.push(job),
-                        None => break,
-                    }
-                    continue;
-                }
-                let Some(job) = queue.pop() else {
-                    continue;
-                };
-                if job.reply.is_closed() {
-                    continue;
-                }
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    serve(&mut engine, &actor_shared, &job)
-                }))
-                .unwrap_or_else(|_| {
-                    Err(LlmError::ActorStopped(
-                        "generation panicked; the request was dropped".into(),
-                    ))
-                });
-                let _ = job.reply.send(result);
-            }
-        });
+        let max_batch = if engine.batches() {
+            max_batch.max(1)
+        } else {
+            1
+        };
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || serve_jobs(engine, &actor_shared, rx, capacity, max_batch));
         if let Err(e) = spawned {
             tracing::error!("cannot start model actor thread: {e}");
         }
@@ -157,6 +141,11 @@ impl ModelHandle {
             .map_err(|_| LlmError::ActorStopped("model actor is gone".into()))?;
         rx.await
             .map_err(|_| LlmError::ActorStopped("model actor dropped the request".into()))?
+    }
+
+    /// What batching has done so far: passes, sequences per pass, the largest batch.
+    pub fn batch_stats(&self) -> crate::engine::BatchStats {
+        self.shared.batching.read()
     }
 
     /// How many more requests the queue accepts right now.
@@ -217,7 +206,145 @@ impl FairQueue {
     }
 }
 
-fn serve(engine: &mut Engine, shared: &Shared, job: &Job) -> Result<Generation, LlmError> {
+/// Prompt tokens computed per step for a request while others are in flight.
+pub const PREFILL_CHUNK: usize = 256;
+
+/// A request in the batch.
+struct Active {
+    seq: Sequence,
+    job: Job,
+    sink: PieceSink,
+    /// Whether it waits for a forward pass this step.
+    wants: bool,
+    /// Set when it has ended: normally, or with the error.
+    outcome: Option<Result<(), LlmError>>,
+}
+
+/// The actor's loop: take in requests, admit them to the batch, step the batch.
+fn serve_jobs(
+    mut engine: Engine,
+    shared: &Shared,
+    mut rx: mpsc::Receiver<Job>,
+    capacity: usize,
+    max_batch: usize,
+) {
+    let mut queue = FairQueue::default();
+    let mut active: Vec<Active> = Vec::new();
+    let mut open = true;
+    loop {
+        // Take in what arrived (up to the capacity), waiting only when idle.
+        while open && queue.len() < capacity {
+            match rx.try_recv() {
+                Ok(job) => queue.push(job),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        if active.is_empty() && queue.is_empty() {
+            if !open {
+                break;
+            }
+            match rx.blocking_recv() {
+                Some(job) => queue.push(job),
+                None => break,
+            }
+            continue;
+        }
+        while active.len() < max_batch {
+            let Some(job) = queue.pop() else {
+                break;
+            };
+            if job.reply.is_closed() {
+                continue;
+            }
+            match start(&mut engine, shared, &job) {
+                Ok(seq) => active.push(Active {
+                    seq,
+                    sink: PieceSink::new(job.pieces.clone()),
+                    job,
+                    wants: false,
+                    outcome: None,
+                }),
+                Err(e) => {
+                    let _ = job.reply.send(Err(e));
+                }
+            }
+        }
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            step(&mut engine, shared, &mut active)
+        }));
+        if stepped.is_err() {
+            for a in active.drain(..) {
+                let _ = a.job.reply.send(Err(LlmError::ActorStopped(
+                    "generation panicked; the request was dropped".into(),
+                )));
+            }
+        }
+    }
+}
+
+/// Advances every request in the batch by one forward pass, and answers those that ended.
+fn step(engine: &mut Engine, shared: &Shared, active: &mut Vec<Active>) {
+    // Chunk prompts only when someone else would wait for them.
+    let chunk = (active.len() > 1).then_some(PREFILL_CHUNK);
+    for a in active.iter_mut() {
+        let Active { seq, job, sink, .. } = a;
+        let reply = &job.reply;
+        match seq.next_feed(shared, chunk, &mut |s| sink.push(s), &|| reply.is_closed()) {
+            Ok(wants) => {
+                a.wants = wants;
+                if !wants {
+                    a.outcome = Some(Ok(()));
+                }
+            }
+            Err(e) => {
+                a.wants = false;
+                a.outcome = Some(Err(e));
+            }
+        }
+    }
+    let mut seqs: Vec<&mut Sequence> = active
+        .iter_mut()
+        .filter(|a| a.wants)
+        .map(|a| &mut a.seq)
+        .collect();
+    if !seqs.is_empty() {
+        shared.batching.record(seqs.len());
+    }
+    let results = engine.forward_many(&mut seqs);
+    drop(seqs);
+    for (a, logits) in active.iter_mut().filter(|a| a.wants).zip(results) {
+        if let Err(e) = logits.and_then(|l| engine.fed(&mut a.seq, l)) {
+            a.outcome = Some(Err(e));
+        }
+    }
+    let mut i = 0;
+    while i < active.len() {
+        if active[i].outcome.is_none() {
+            i += 1;
+            continue;
+        }
+        let Active {
+            seq,
+            job,
+            mut sink,
+            outcome,
+            ..
+        } = active.remove(i);
+        let result = match outcome {
+            Some(Err(e)) => {
+                engine.release(seq);
+                Err(e)
+            }
+            _ => engine.finish(seq, &mut |s| sink.push(s)),
+        };
+        sink.close(job.reply, result);
+    }
+}
+
+/// Starts the generation of a request: its prompt rendered and tokenized, its state taken
+/// from the prefix cache.
+fn start(engine: &mut Engine, shared: &Shared, job: &Job) -> Result<Sequence, LlmError> {
     let (tokens, hint) = match &job.input {
         PromptInput::Chat {
             messages,
@@ -234,17 +361,80 @@ fn serve(engine: &mut Engine, shared: &Shared, job: &Job) -> Result<Generation, 
         }
         PromptInput::Tokens(ids) => (ids.clone(), None),
     };
-    let pieces = job.pieces.clone();
-    let mut on_piece = |s: &str| {
-        if let Some(tx) = &pieces {
-            // Blocks when the consumer is slow: generation slows down instead of buffering.
-            let _ = tx.blocking_send(s.to_string());
+    engine.start(&tokens, hint, &job.options)
+}
+
+/// Where a request's text pieces go. A slow reader must not stall the other requests of the
+/// batch, so pieces it has no room for wait here, in order, and are sent as room appears;
+/// what is left when the request ends is delivered by a helper thread before the reply.
+struct PieceSink {
+    tx: Option<mpsc::Sender<String>>,
+    backlog: VecDeque<String>,
+}
+
+impl PieceSink {
+    fn new(tx: Option<mpsc::Sender<String>>) -> Self {
+        PieceSink {
+            tx,
+            backlog: VecDeque::new(),
         }
-    };
-    let reply = &job.reply;
-    engine.generate(&tokens, hint, &job.options, &mut on_piece, &|| {
-        reply.is_closed()
-    })
+    }
+
+    fn push(&mut self, piece: &str) {
+        if self.tx.is_none() {
+            return;
+        }
+        self.backlog.push_back(piece.to_string());
+        self.drain();
+    }
+
+    /// Sends what the channel has room for.
+    fn drain(&mut self) {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        while let Some(piece) = self.backlog.pop_front() {
+            match tx.try_send(piece) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(piece)) => {
+                    self.backlog.push_front(piece);
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.tx = None;
+                    self.backlog.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends the reply after every piece.
+    fn close(
+        mut self,
+        reply: oneshot::Sender<Result<Generation, LlmError>>,
+        result: Result<Generation, LlmError>,
+    ) {
+        self.drain();
+        let Some(tx) = self.tx.take().filter(|_| !self.backlog.is_empty()) else {
+            let _ = reply.send(result);
+            return;
+        };
+        let backlog = std::mem::take(&mut self.backlog);
+        let spawned = std::thread::Builder::new()
+            .name("llm-pieces".into())
+            .spawn(move || {
+                for piece in backlog {
+                    if tx.blocking_send(piece).is_err() {
+                        break;
+                    }
+                }
+                let _ = reply.send(result);
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread for the last text pieces: {e}");
+        }
+    }
 }
 
 type Registry = tokio::sync::Mutex<HashMap<(PathBuf, LoadOptions), ModelHandle>>;

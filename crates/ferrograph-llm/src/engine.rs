@@ -5,7 +5,6 @@
 
 use crate::error::LlmError;
 use crate::options::{GenerateOptions, LoadOptions};
-use crate::sampling::Sampler;
 use crate::template::ChatTemplate;
 use crate::tokenizer::{tokenizer_from_file, tokenizer_from_gguf, SpecialTokens};
 use candle_core::quantized::gguf_file;
@@ -54,6 +53,49 @@ pub struct Shared {
     pub template: ChatTemplate,
     /// Constrained-decoding machinery (token trie, parser factory), built on first use.
     pub constraints: crate::constrain::Constraints,
+    /// What the model actor's batching has done so far.
+    pub batching: BatchCounters,
+}
+
+/// Counters of the model actor's batched steps (see [`crate::actor`]), updated as it runs.
+#[derive(Debug, Default)]
+pub struct BatchCounters {
+    steps: std::sync::atomic::AtomicU64,
+    sequence_steps: std::sync::atomic::AtomicU64,
+    peak: std::sync::atomic::AtomicU64,
+}
+
+/// A reading of [`BatchCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Forward passes run by the actor.
+    pub steps: u64,
+    /// Sequences advanced, summed over the passes (`sequence_steps / steps` is the mean
+    /// batch size).
+    pub sequence_steps: u64,
+    /// The most sequences one pass has advanced.
+    pub peak: u64,
+}
+
+impl BatchCounters {
+    /// Records one pass over `n` sequences.
+    pub(crate) fn record(&self, n: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = n as u64;
+        self.steps.fetch_add(1, Relaxed);
+        self.sequence_steps.fetch_add(n, Relaxed);
+        self.peak.fetch_max(n, Relaxed);
+    }
+
+    /// The counters now.
+    pub fn read(&self) -> BatchStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        BatchStats {
+            steps: self.steps.load(Relaxed),
+            sequence_steps: self.sequence_steps.load(Relaxed),
+            peak: self.peak.load(Relaxed),
+        }
+    }
 }
 
 impl Shared {
@@ -106,7 +148,7 @@ impl Shared {
     }
 }
 
-enum Weights {
+pub(crate) enum Weights {
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
@@ -232,10 +274,10 @@ struct PrefixEntry {
 
 /// A loaded model with its generation loop. Not `Sync`: owned by one actor.
 pub struct Engine {
-    shared: std::sync::Arc<Shared>,
+    pub(crate) shared: std::sync::Arc<Shared>,
     /// The model without any KV cache; `None` only while a non-clonable model is lent out to
     /// a generation.
-    base: Option<Weights>,
+    pub(crate) base: Option<Weights>,
     device: Device,
     prefixes: Vec<PrefixEntry>,
     max_prefixes: usize,
@@ -426,6 +468,7 @@ impl Engine {
                 specials,
                 template,
                 constraints: Default::default(),
+                batching: Default::default(),
             }),
             base: Some(weights),
             device,
@@ -448,7 +491,12 @@ impl Engine {
         }
     }
 
-    fn logits(&self, w: &mut Weights, tokens: &[u32], pos: usize) -> Result<Vec<f32>, LlmError> {
+    pub(crate) fn logits(
+        &self,
+        w: &mut Weights,
+        tokens: &[u32],
+        pos: usize,
+    ) -> Result<Vec<f32>, LlmError> {
         let x = Tensor::new(tokens, &self.device)
             .and_then(|t| t.unsqueeze(0))
             .map_err(LlmError::backend)?;
@@ -463,7 +511,7 @@ impl Engine {
         Ok(flat[flat.len().saturating_sub(vocab)..].to_vec())
     }
 
-    fn remember(&mut self, tokens: Vec<u32>, weights: &Weights) {
+    pub(crate) fn remember(&mut self, tokens: Vec<u32>, weights: &Weights) {
         if self.max_prefixes == 0 || !weights.snapshots() || tokens.is_empty() {
             return;
         }
@@ -500,7 +548,10 @@ impl Engine {
     /// Where the backend can rewind its cache, a snapshot that shares only the start of the
     /// prompt also serves (at least [`MIN_SHARED_PREFIX`] tokens): the next turn of a chat
     /// repeats the system prompt and the earlier turns, then differs.
-    fn start_state(&mut self, prompt: &[u32]) -> Result<(Weights, usize, bool), LlmError> {
+    pub(crate) fn start_state(
+        &mut self,
+        prompt: &[u32],
+    ) -> Result<(Weights, usize, bool), LlmError> {
         self.clock += 1;
         let clock = self.clock;
         let mut best: Option<(usize, usize)> = None;
@@ -536,7 +587,7 @@ impl Engine {
 
     /// The model with an empty KV cache: a clone of the base when it can be cloned, otherwise
     /// the base itself, lent out (the flag says so).
-    fn fresh_state(&mut self) -> Result<(Weights, usize, bool), LlmError> {
+    pub(crate) fn fresh_state(&mut self) -> Result<(Weights, usize, bool), LlmError> {
         let base = self
             .base
             .as_ref()
@@ -553,7 +604,7 @@ impl Engine {
         Ok((w, 0, true))
     }
 
-    fn give_back(&mut self, mut w: Weights, lent: bool) {
+    pub(crate) fn give_back(&mut self, mut w: Weights, lent: bool) {
         if lent {
             w.reset();
             self.base = Some(w);
@@ -570,169 +621,22 @@ impl Engine {
         on_piece: &mut dyn FnMut(&str),
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Generation, LlmError> {
-        options.validate()?;
-        let started = Instant::now();
-        let max_ctx = options.max_context.min(self.shared.info.context_length);
-        if prompt.is_empty() {
-            return Err(LlmError::Validation("empty prompt".into()));
-        }
-        if prompt.len() >= max_ctx {
-            return Err(LlmError::Validation(format!(
-                "prompt of {} tokens does not fit max_context {max_ctx}",
-                prompt.len()
-            )));
-        }
-        let (mut w, cached, lent) = self.start_state(prompt)?;
-        let result = self.generate_from(
-            &mut w,
-            cached,
-            prompt,
-            prefix_hint,
-            options,
-            max_ctx,
-            on_piece,
-            cancelled,
-            started,
-        );
-        self.give_back(w, lent);
-        result
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn generate_from(
-        &mut self,
-        w: &mut Weights,
-        cached: usize,
-        prompt: &[u32],
-        prefix_hint: Option<usize>,
-        options: &GenerateOptions,
-        max_ctx: usize,
-        on_piece: &mut dyn FnMut(&str),
-        cancelled: &dyn Fn() -> bool,
-        started: Instant,
-    ) -> Result<Generation, LlmError> {
-        let mut pos = cached;
-        // Prefill, in two chunks when a cacheable prefix (the system prompt) ends inside it.
-        let mut logits = Vec::new();
-        if let Some(h) = prefix_hint.filter(|h| *h > pos && *h < prompt.len()) {
-            self.logits(w, &prompt[pos..h], pos)?;
-            pos = h;
-            self.remember(prompt[..h].to_vec(), w);
-        }
-        if pos < prompt.len() {
-            logits = self.logits(w, &prompt[pos..], pos)?;
-            pos = prompt.len();
-        }
-        let prefill_time = started.elapsed();
-        self.remember(prompt.to_vec(), w);
-
+        let mut seq = self.start(prompt, prefix_hint, options)?;
         let shared = self.shared.clone();
-        let mut sampler = Sampler::new(options);
-        let mut history: Vec<u32> = prompt.to_vec();
-        let mut detok = Detokenizer::default();
-        let mut stops = StopFilter::new(&options.stop);
-        let mut generated: Vec<u32> = Vec::new();
-        let mut ttft = None;
-        let mut finish = FinishReason::Length;
-        let decode_start = Instant::now();
-        // The output grammar, when the options ask for one: the mask is applied before each
-        // sampling step and the tokens it forces are fed without sampling.
-        let mut constraint = crate::constrain::for_request(&shared, options)?;
-        // Tokens chosen but not yet output nor fed to the model.
-        let mut pending: Vec<u32> = match constraint.as_mut() {
-            Some(c) => c.forced(options.max_tokens.min(max_ctx.saturating_sub(pos + 1)))?,
-            None => Vec::new(),
-        };
-        'generate: loop {
-            if !pending.is_empty() {
-                for &tok in &pending {
-                    generated.push(tok);
-                    history.push(tok);
-                    if let Some(piece) = detok.push(&shared, tok)? {
-                        if stops.push(&piece, on_piece) {
-                            finish = FinishReason::Stop;
-                            break 'generate;
-                        }
-                    }
-                }
-                if constraint.as_ref().is_some_and(|c| c.is_finished()) {
-                    finish = FinishReason::Stop;
-                    break;
-                }
-                if generated.len() >= options.max_tokens || pos + pending.len() >= max_ctx {
-                    break;
-                }
-                logits = self.logits(w, &pending, pos)?;
-                pos += pending.len();
-                pending.clear();
+        let run = (|| {
+            while seq.next_feed(&shared, None, on_piece, cancelled)? {
+                let logits = self.logits(&mut seq.w, &seq.feed, seq.pos)?;
+                self.fed(&mut seq, logits)?;
             }
-            if generated.len() >= options.max_tokens {
-                break;
-            }
-            if cancelled() {
-                finish = FinishReason::Cancelled;
-                break;
-            }
-            if let Some(c) = constraint.as_mut() {
-                c.apply(&mut logits)?;
-                // The last quarter of the budget (at least 24 tokens): wind the output down
-                // so that it ends as valid JSON rather than being cut off.
-                let left = options.max_tokens.saturating_sub(generated.len());
-                if left <= (options.max_tokens / 4).max(24) {
-                    c.wrap_up(&mut logits, &shared.specials.stop_ids);
-                }
-            }
-            if let Some(n) = options.no_repeat_ngram {
-                crate::sampling::block_repeated_ngrams(&mut logits, &generated, n);
-            }
-            let tok = sampler.sample(&mut logits, &history);
-            if ttft.is_none() {
-                ttft = Some(started.elapsed());
-            }
-            if shared.specials.stop_ids.contains(&tok) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            pending.push(tok);
-            if let Some(c) = constraint.as_mut() {
-                c.commit(tok)?;
-                let room = options
-                    .max_tokens
-                    .saturating_sub(generated.len() + 1)
-                    .min(max_ctx.saturating_sub(pos + 2));
-                pending.extend(c.forced(room)?);
+            Ok(())
+        })();
+        match run {
+            Ok(()) => self.finish(seq, on_piece),
+            Err(e) => {
+                self.release(seq);
+                Err(e)
             }
         }
-        if finish != FinishReason::Stop {
-            if let Some(rest) = detok.flush(&shared)? {
-                if stops.push(&rest, on_piece) {
-                    finish = FinishReason::Stop;
-                }
-            }
-        }
-        if finish != FinishReason::Stop {
-            stops.flush(on_piece);
-        }
-        // The cache now holds the prompt and every generated token but the last: a follow-up
-        // turn that repeats this exchange starts from here.
-        if generated.len() > 1 && finish != FinishReason::Cancelled {
-            let mut seq = prompt.to_vec();
-            seq.extend_from_slice(&generated[..generated.len() - 1]);
-            if seq.len() == pos {
-                self.remember(seq, w);
-            }
-        }
-        Ok(Generation {
-            text: stops.into_text(),
-            tokens: generated,
-            prompt_tokens: prompt.len(),
-            cached_prompt_tokens: cached,
-            finish_reason: finish,
-            prefill_time,
-            time_to_first_token: ttft.unwrap_or_else(|| started.elapsed()),
-            decode_time: decode_start.elapsed(),
-            constraint: constraint.map(|c| c.stats()),
-        })
     }
 
     /// Runs the raw forward pass for benchmarks: prefill `prompt`, then `n` greedy decode
@@ -820,185 +724,11 @@ impl Engine {
     }
 }
 
-/// Turns tokens into text pieces without splitting multi-byte characters.
-#[derive(Default)]
-struct Detokenizer {
-    ids: Vec<u32>,
-    prev: usize,
-    cur: usize,
-}
-
-impl Detokenizer {
-    fn push(&mut self, shared: &Shared, tok: u32) -> Result<Option<String>, LlmError> {
-        let before = shared.decode(&self.ids[self.prev..self.cur], true)?;
-        self.ids.push(tok);
-        let text = shared.decode(&self.ids[self.prev..], true)?;
-        if text.len() > before.len() && !text.ends_with('\u{FFFD}') && text.starts_with(&before) {
-            let piece = text[before.len()..].to_string();
-            self.prev = self.cur;
-            self.cur = self.ids.len();
-            Ok(Some(piece))
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn flush(&mut self, shared: &Shared) -> Result<Option<String>, LlmError> {
-        let before = shared.decode(&self.ids[self.prev..self.cur], true)?;
-        let text = shared.decode(&self.ids[self.prev..], true)?;
-        self.prev = self.ids.len();
-        self.cur = self.ids.len();
-        Ok(text
-            .strip_prefix(before.as_str())
-            .filter(|r| !r.is_empty())
-            .map(str::to_string))
-    }
-}
-
-/// Applies stop strings to streamed text: text that may be the start of a stop string is held
-/// back until it is known not to be.
-struct StopFilter {
-    stops: Vec<String>,
-    text: String,
-    emitted: usize,
-    stopped: bool,
-}
-
-impl StopFilter {
-    fn new(stops: &[String]) -> Self {
-        StopFilter {
-            stops: stops.to_vec(),
-            text: String::new(),
-            emitted: 0,
-            stopped: false,
-        }
-    }
-
-    /// Adds a piece; returns true when a stop string was reached.
-    fn push(&mut self, piece: &str, out: &mut dyn FnMut(&str)) -> bool {
-        if self.stopped {
-            return true;
-        }
-        let search_from = self
-            .emitted
-            .saturating_sub(self.stops.iter().map(String::len).max().unwrap_or(0));
-        self.text.push_str(piece);
-        let hit = self
-            .stops
-            .iter()
-            .filter_map(|s| {
-                let from = floor_char_boundary(&self.text, search_from);
-                self.text[from..].find(s.as_str()).map(|i| from + i)
-            })
-            .min();
-        if let Some(at) = hit {
-            let at = at.max(self.emitted);
-            if at > self.emitted {
-                out(&self.text[self.emitted..at]);
-            }
-            self.text.truncate(at);
-            self.emitted = at;
-            self.stopped = true;
-            return true;
-        }
-        let hold = self
-            .stops
-            .iter()
-            .map(|s| partial_suffix(&self.text, s))
-            .max()
-            .unwrap_or(0);
-        let upto = self.text.len() - hold;
-        if upto > self.emitted {
-            out(&self.text[self.emitted..upto]);
-            self.emitted = upto;
-        }
-        false
-    }
-
-    fn flush(&mut self, out: &mut dyn FnMut(&str)) {
-        if self.text.len() > self.emitted {
-            out(&self.text[self.emitted..]);
-            self.emitted = self.text.len();
-        }
-    }
-
-    fn into_text(self) -> String {
-        let mut t = self.text;
-        t.truncate(self.emitted);
-        t
-    }
-}
-
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    i = i.min(s.len());
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
 /// The fewest tokens a cached conversation must share with a prompt to be rewound and
 /// reused (below this, copying its cache costs about what it saves).
-const MIN_SHARED_PREFIX: usize = 16;
+pub(crate) const MIN_SHARED_PREFIX: usize = 16;
 
 /// How many tokens `a` and `b` start with in common.
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-/// Length of the longest proper prefix of `stop` that `text` ends with.
-fn partial_suffix(text: &str, stop: &str) -> usize {
-    let mut best = 0;
-    for (i, _) in stop.char_indices().skip(1) {
-        if text.ends_with(&stop[..i]) {
-            best = i;
-        }
-    }
-    best
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(stops: &[&str], pieces: &[&str]) -> (String, Vec<String>, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut f = StopFilter::new(&stops);
-        let mut out = Vec::new();
-        let mut hit = false;
-        for p in pieces {
-            if f.push(p, &mut |s| out.push(s.to_string())) {
-                hit = true;
-                break;
-            }
-        }
-        if !hit {
-            f.flush(&mut |s| out.push(s.to_string()));
-        }
-        (f.into_text(), out, hit)
-    }
-
-    #[test]
-    fn stop_string_across_pieces() {
-        let (text, out, hit) = run(&["END"], &["hello E", "N", "D more"]);
-        assert!(hit);
-        assert_eq!(text, "hello ");
-        assert_eq!(out.concat(), text);
-    }
-
-    #[test]
-    fn held_back_text_is_released() {
-        let (text, out, hit) = run(&["END"], &["hello E", "x"]);
-        assert!(!hit);
-        assert_eq!(text, "hello Ex");
-        assert_eq!(out.concat(), text);
-        assert_eq!(out[0], "hello ");
-    }
-
-    #[test]
-    fn no_stops_passes_through() {
-        let (text, out, _) = run(&[], &["a", "é", "b"]);
-        assert_eq!(text, "aéb");
-        assert_eq!(out, vec!["a", "é", "b"]);
-    }
 }

@@ -36,7 +36,9 @@ pub mod provider;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod sampling;
+mod sequence;
 pub mod template;
+mod text;
 pub mod tokenizer;
 pub mod tool_calls;
 
@@ -50,7 +52,9 @@ pub use ferrograph_models::{manifest, DeviceKind};
 
 pub use actor::{load_model, ModelHandle, PromptInput};
 pub use constrain::{ConstraintStats, GrammarSpec};
-pub use engine::{Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES};
+pub use engine::{
+    BatchStats, Engine, FinishReason, Generation, ModelInfo, SUPPORTED_ARCHITECTURES,
+};
 pub use local::LocalChatModel;
 pub use options::LoadOptions;
 pub use prompt::{ChatPrompt, PromptError, PromptTemplate};

@@ -33,6 +33,10 @@ pub struct LoadOptions {
     pub max_context: usize,
     /// How many requests may wait in the model actor's queue before callers wait to enqueue.
     pub queue_capacity: usize,
+    /// How many requests the model actor decodes together, each with its own KV cache, in
+    /// one forward pass per step (continuous batching; 1 serves one request at a time).
+    /// Only our kernels batch; candle's models always serve one at a time.
+    pub max_batch: usize,
     /// How many prompt-prefix KV snapshots the model keeps for reuse across calls (0 disables
     /// prefix reuse).
     pub prefix_cache_entries: usize,
@@ -48,6 +52,7 @@ impl Default for LoadOptions {
             device: DeviceKind::Cpu,
             max_context: 4096,
             queue_capacity: 64,
+            max_batch: 8,
             prefix_cache_entries: 4,
             kernels: ferrograph_kernels::decoder::Kernels::Auto,
         }

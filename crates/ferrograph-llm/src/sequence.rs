@@ -1,0 +1,371 @@
+//! One generation in progress ([`Sequence`]): its KV cache, sampler, output grammar, stop
+//! rule and text, advanced one forward pass at a time. [`Engine::generate`] runs one
+//! sequence to its end; the model actor ([`crate::actor`]) keeps several in flight and runs
+//! their forward passes together ([`Engine::forward_many`]): continuous batching.
+//!
+//! A step of a sequence is: [`Sequence::next_feed`] says which tokens it needs run (a chunk
+//! of its prompt, or the tokens it just chose) or that it has ended; the engine runs them;
+//! [`Engine::fed`] hands it the logits. Nothing in a step depends on the other sequences of
+//! the batch, so a sequence gives the same tokens batched as alone.
+
+use crate::constrain::Constraint;
+use crate::engine::{Engine, FinishReason, Generation, Shared, Weights};
+use crate::error::LlmError;
+use crate::options::GenerateOptions;
+use crate::sampling::Sampler;
+use crate::text::{Detokenizer, StopFilter};
+use ferrograph_kernels::decoder::{forward_batch, BatchItem};
+use std::time::{Duration, Instant};
+
+/// Where a sequence is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Computing its prompt.
+    Prefill,
+    /// Choosing tokens.
+    Decode,
+    /// Ended ([`Sequence::finish`] says why).
+    Done,
+}
+
+/// A generation in progress (see the module documentation).
+pub(crate) struct Sequence {
+    /// The model with this sequence's KV cache.
+    pub(crate) w: Weights,
+    /// Whether `w` is the engine's base model, lent out (models that cannot be cloned).
+    lent: bool,
+    prompt: Vec<u32>,
+    /// Where a cacheable prefix (the system prompt) of the prompt ends.
+    hint: Option<usize>,
+    /// Prompt tokens served from the prefix cache.
+    cached: usize,
+    /// Tokens in the KV cache.
+    pub(crate) pos: usize,
+    /// The tokens of the forward pass this sequence waits for (at positions `pos..`).
+    pub(crate) feed: Vec<u32>,
+    options: GenerateOptions,
+    max_ctx: usize,
+    started: Instant,
+    prefill_time: Duration,
+    decode_start: Instant,
+    sampler: Sampler,
+    history: Vec<u32>,
+    detok: Detokenizer,
+    stops: StopFilter,
+    generated: Vec<u32>,
+    ttft: Option<Duration>,
+    finish: FinishReason,
+    constraint: Option<Constraint>,
+    /// Tokens chosen (or forced by the grammar) but not yet output nor fed to the model.
+    pending: Vec<u32>,
+    logits: Vec<f32>,
+    phase: Phase,
+}
+
+impl Sequence {
+    /// Decides the next forward pass: `Ok(true)` with [`Sequence::feed`] set, or `Ok(false)`
+    /// when the sequence has ended. While prefilling, at most `chunk` prompt tokens go in one
+    /// pass (all of them with `None`); a chunk never crosses the end of the cacheable
+    /// prefix, which is remembered on the way. While decoding, this samples the next token,
+    /// outputs text through `on_piece` and applies the stop rules. `cancelled` is polled
+    /// between passes.
+    pub(crate) fn next_feed(
+        &mut self,
+        shared: &Shared,
+        chunk: Option<usize>,
+        on_piece: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<bool, LlmError> {
+        match self.phase {
+            Phase::Done => Ok(false),
+            Phase::Prefill => {
+                if cancelled() {
+                    return Ok(self.end(FinishReason::Cancelled));
+                }
+                let mut end = self.prompt.len();
+                if let Some(c) = chunk {
+                    end = end.min(self.pos + c.max(1));
+                }
+                if let Some(h) = self.hint.filter(|h| *h > self.pos && *h < end) {
+                    end = h;
+                }
+                self.feed.clear();
+                self.feed.extend_from_slice(&self.prompt[self.pos..end]);
+                Ok(true)
+            }
+            Phase::Decode => self.decode_step(shared, on_piece, cancelled),
+        }
+    }
+
+    fn end(&mut self, why: FinishReason) -> bool {
+        self.finish = why;
+        self.phase = Phase::Done;
+        false
+    }
+
+    /// Outputs what is pending and feeds it, or samples the next token: the generation loop,
+    /// stopped where it needs the model.
+    fn decode_step(
+        &mut self,
+        shared: &Shared,
+        on_piece: &mut dyn FnMut(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<bool, LlmError> {
+        let max_tokens = self.options.max_tokens;
+        loop {
+            if !self.pending.is_empty() {
+                for &tok in &self.pending {
+                    self.generated.push(tok);
+                    self.history.push(tok);
+                    if let Some(piece) = self.detok.push(shared, tok)? {
+                        if self.stops.push(&piece, on_piece) {
+                            return Ok(self.end(FinishReason::Stop));
+                        }
+                    }
+                }
+                if self.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+                    return Ok(self.end(FinishReason::Stop));
+                }
+                if self.generated.len() >= max_tokens
+                    || self.pos + self.pending.len() >= self.max_ctx
+                {
+                    return Ok(self.end(FinishReason::Length));
+                }
+                self.feed = std::mem::take(&mut self.pending);
+                return Ok(true);
+            }
+            if self.generated.len() >= max_tokens {
+                return Ok(self.end(FinishReason::Length));
+            }
+            if cancelled() {
+                return Ok(self.end(FinishReason::Cancelled));
+            }
+            if let Some(c) = self.constraint.as_mut() {
+                c.apply(&mut self.logits)?;
+                // The last quarter of the budget (at least 24 tokens): wind the output down
+                // so that it ends as valid JSON rather than being cut off.
+                let left = max_tokens.saturating_sub(self.generated.len());
+                if left <= (max_tokens / 4).max(24) {
+                    c.wrap_up(&mut self.logits, &shared.specials.stop_ids);
+                }
+            }
+            if let Some(n) = self.options.no_repeat_ngram {
+                crate::sampling::block_repeated_ngrams(&mut self.logits, &self.generated, n);
+            }
+            let tok = self.sampler.sample(&mut self.logits, &self.history);
+            if self.ttft.is_none() {
+                self.ttft = Some(self.started.elapsed());
+            }
+            if shared.specials.stop_ids.contains(&tok) {
+                return Ok(self.end(FinishReason::Stop));
+            }
+            self.pending.push(tok);
+            if let Some(c) = self.constraint.as_mut() {
+                c.commit(tok)?;
+                let room = max_tokens
+                    .saturating_sub(self.generated.len() + 1)
+                    .min(self.max_ctx.saturating_sub(self.pos + 2));
+                self.pending.extend(c.forced(room)?);
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Starts a generation of `prompt` (checked against the options and the model) from the
+    /// longest cached prefix of it.
+    pub(crate) fn start(
+        &mut self,
+        prompt: &[u32],
+        prefix_hint: Option<usize>,
+        options: &GenerateOptions,
+    ) -> Result<Sequence, LlmError> {
+        options.validate()?;
+        let started = Instant::now();
+        let max_ctx = options.max_context.min(self.shared.info.context_length);
+        if prompt.is_empty() {
+            return Err(LlmError::Validation("empty prompt".into()));
+        }
+        if prompt.len() >= max_ctx {
+            return Err(LlmError::Validation(format!(
+                "prompt of {} tokens does not fit max_context {max_ctx}",
+                prompt.len()
+            )));
+        }
+        let vocab = self.shared.info.vocab_size;
+        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(LlmError::Validation(format!(
+                "token id {bad} is outside the vocabulary ({vocab} tokens)"
+            )));
+        }
+        let constraint = crate::constrain::for_request(&self.shared, options)?;
+        let (w, cached, lent) = self.start_state(prompt)?;
+        Ok(Sequence {
+            w,
+            lent,
+            prompt: prompt.to_vec(),
+            hint: prefix_hint,
+            cached,
+            pos: cached,
+            feed: Vec::new(),
+            options: options.clone(),
+            max_ctx,
+            started,
+            prefill_time: Duration::ZERO,
+            decode_start: started,
+            sampler: Sampler::new(options),
+            history: prompt.to_vec(),
+            detok: Detokenizer::default(),
+            stops: StopFilter::new(&options.stop),
+            generated: Vec::new(),
+            ttft: None,
+            finish: FinishReason::Length,
+            constraint,
+            pending: Vec::new(),
+            logits: Vec::new(),
+            phase: Phase::Prefill,
+        })
+    }
+
+    /// Hands `seq` the logits of the pass over its [`Sequence::feed`].
+    pub(crate) fn fed(&mut self, seq: &mut Sequence, logits: Vec<f32>) -> Result<(), LlmError> {
+        seq.pos += seq.feed.len();
+        seq.logits = logits;
+        match seq.phase {
+            Phase::Prefill if seq.pos < seq.prompt.len() => {
+                if seq.hint == Some(seq.pos) {
+                    self.remember(seq.prompt[..seq.pos].to_vec(), &seq.w);
+                }
+            }
+            Phase::Prefill => {
+                seq.prefill_time = seq.started.elapsed();
+                self.remember(seq.prompt.clone(), &seq.w);
+                seq.decode_start = Instant::now();
+                seq.phase = Phase::Decode;
+                // Tokens the output grammar forces before anything is sampled.
+                if let Some(c) = seq.constraint.as_mut() {
+                    let room = seq
+                        .options
+                        .max_tokens
+                        .min(seq.max_ctx.saturating_sub(seq.pos + 1));
+                    seq.pending = c.forced(room)?;
+                }
+            }
+            Phase::Decode => {}
+            Phase::Done => {
+                return Err(LlmError::Backend(
+                    "a finished sequence was given logits".into(),
+                ))
+            }
+        }
+        seq.feed.clear();
+        Ok(())
+    }
+
+    /// Ends `seq`: the text held back for stop strings is released through `on_piece`, the
+    /// conversation so far is remembered for a follow-up turn, and the model goes back.
+    pub(crate) fn finish(
+        &mut self,
+        mut seq: Sequence,
+        on_piece: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        let tail = (|| {
+            if seq.finish != FinishReason::Stop {
+                if let Some(rest) = seq.detok.flush(&self.shared)? {
+                    if seq.stops.push(&rest, on_piece) {
+                        seq.finish = FinishReason::Stop;
+                    }
+                }
+            }
+            Ok::<(), LlmError>(())
+        })();
+        if let Err(e) = tail {
+            self.release(seq);
+            return Err(e);
+        }
+        if seq.finish != FinishReason::Stop {
+            seq.stops.flush(on_piece);
+        }
+        // The cache now holds the prompt and every generated token but the last: a follow-up
+        // turn that repeats this exchange starts from here.
+        let generated = &seq.generated;
+        if generated.len() > 1 && seq.finish != FinishReason::Cancelled {
+            let mut all = seq.prompt.clone();
+            all.extend_from_slice(&generated[..generated.len() - 1]);
+            if all.len() == seq.pos {
+                self.remember(all, &seq.w);
+            }
+        }
+        let Sequence {
+            w,
+            lent,
+            prompt,
+            cached,
+            started,
+            prefill_time,
+            decode_start,
+            stops,
+            generated,
+            ttft,
+            finish,
+            constraint,
+            ..
+        } = seq;
+        self.give_back(w, lent);
+        Ok(Generation {
+            text: stops.into_text(),
+            tokens: generated,
+            prompt_tokens: prompt.len(),
+            cached_prompt_tokens: cached,
+            finish_reason: finish,
+            prefill_time,
+            time_to_first_token: ttft.unwrap_or_else(|| started.elapsed()),
+            decode_time: decode_start.elapsed(),
+            constraint: constraint.map(|c| c.stats()),
+        })
+    }
+
+    /// Drops `seq` after an error, giving the model back.
+    pub(crate) fn release(&mut self, seq: Sequence) {
+        self.give_back(seq.w, seq.lent);
+    }
+
+    /// Whether several sequences can share a forward pass (our kernels; candle's models
+    /// run one sequence at a time).
+    pub fn batches(&self) -> bool {
+        matches!(self.base, Some(Weights::Fast(_)))
+    }
+
+    /// Runs the pending pass of every sequence in `seqs`: in one batched pass on our
+    /// kernels, else one after the other. One result per sequence, in order.
+    pub(crate) fn forward_many(
+        &self,
+        seqs: &mut [&mut Sequence],
+    ) -> Vec<Result<Vec<f32>, LlmError>> {
+        let all_fast = seqs.iter().all(|s| matches!(s.w, Weights::Fast(_)));
+        if seqs.len() > 1 && all_fast {
+            let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(seqs.len());
+            for s in seqs.iter_mut() {
+                let s: &mut Sequence = s;
+                if let Weights::Fast(m) = &mut s.w {
+                    items.push(BatchItem {
+                        model: m,
+                        tokens: &s.feed,
+                        pos: s.pos,
+                    });
+                }
+            }
+            let n = items.len();
+            return match forward_batch(&mut items) {
+                Ok(rows) => rows.into_iter().map(Ok).collect(),
+                Err(e) => (0..n).map(|_| Err(LlmError::Backend(e.clone()))).collect(),
+            };
+        }
+        seqs.iter_mut()
+            .map(|s| {
+                let s: &mut Sequence = s;
+                self.logits(&mut s.w, &s.feed, s.pos)
+            })
+            .collect()
+    }
+}
