@@ -2,7 +2,8 @@
 //! and `ferrograph bench graph`, which prints JSON that `benches/peers/compare_graph.py` sets
 //! side by side with the same graphs built in LangGraph.
 //!
-//! [`llm`]: `bench_llm` and the llama.cpp comparison behind `ferrograph bench llm`.
+//! [`llm`]: `bench_llm` behind `ferrograph bench llm`; [`llm_peer`]: its comparison with
+//! llama.cpp's own `llama-bench` and `llama-server` at every shape (`--peer llama-cpp`).
 //!
 //! - `chain10`: ten no-op nodes in a chain. Reported per node step.
 //! - `fanout100`: a dispatch node sends 100 tasks to a worker that appends its item, and a
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 pub mod checkpoint;
 pub mod llm;
+pub mod llm_peer;
 
 /// State of the chain graph.
 #[derive(State, Clone, Debug, Default, Serialize, Deserialize)]

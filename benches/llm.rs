@@ -50,9 +50,38 @@ pub struct BenchReport {
     pub peak_rss_mib: f64,
     /// Measured runs (after one warm-up).
     pub runs: usize,
+    /// Aggregate decode speed with several sequences decoded together (continuous
+    /// batching), per number of sequences.
+    pub concurrency: Vec<ConcurrencyLevel>,
+    /// Time to the first token of a request that joins a busy batch, against an idle model.
+    pub newcomer: Option<NewcomerReport>,
     /// On a device other than the CPU: how its logits compare with the CPU's on the same
     /// tokens.
     pub agreement: Option<DeviceAgreement>,
+}
+
+/// Decode speed with `sequences` sequences decoded together.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConcurrencyLevel {
+    /// Sequences in the batch.
+    pub sequences: usize,
+    /// Generated tokens per second, all sequences together, median of the runs.
+    pub decode_tok_s: f64,
+    /// `decode_tok_s` over the one-sequence figure of the same run.
+    pub speedup: f64,
+}
+
+/// Time to the first token of a `prompt_tokens` request sent to the model actor.
+#[derive(Clone, Debug, Serialize)]
+pub struct NewcomerReport {
+    /// Prompt length of the newcomer.
+    pub prompt_tokens: usize,
+    /// With nothing else running, median.
+    pub idle_ms: f64,
+    /// While `busy_sequences` others are decoding (it joins their batch), median.
+    pub busy_ms: f64,
+    /// How many requests were decoding when it arrived.
+    pub busy_sequences: usize,
 }
 
 /// Logits of the same prompt and continuation on a device and on the CPU (teacher forced,
@@ -139,7 +168,8 @@ pub fn peak_rss_mib() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (0 when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
@@ -216,9 +246,15 @@ pub fn bench_blocking(
         let (_, _, d) = engine.bench_forward(&prompt[..1], gen_tokens)?;
         decode.push(rate(gen_tokens, d));
     }
+    let concurrency = concurrency(&mut engine, &unit, gen_tokens)?;
     let agreement = match device {
         DeviceKind::Cpu => None,
         _ => Some(agreement(&mut engine, path, &prompt)?),
+    };
+    let newcomer = if engine.batches() {
+        Some(newcomer(engine, &prompt)?)
+    } else {
+        None
     };
     Ok(BenchReport {
         model: shared.info.name.clone(),
@@ -238,7 +274,104 @@ pub fn bench_blocking(
         decode_after_prompt_tok_s: median(decode_after),
         peak_rss_mib: peak_rss_mib(),
         runs,
+        concurrency,
+        newcomer,
         agreement,
+    })
+}
+
+/// Sequence counts of the concurrency measurement.
+pub const CONCURRENCY: [usize; 4] = [1, 2, 4, 8];
+
+/// Aggregate decode speed at each of [`CONCURRENCY`]: that many 32-token prompts (different
+/// ones) prefilled together, then `gen_tokens` decode steps of all of them; median of three
+/// runs.
+fn concurrency(
+    engine: &mut Engine,
+    unit: &[u32],
+    gen_tokens: usize,
+) -> Result<Vec<ConcurrencyLevel>, LlmError> {
+    let mut out: Vec<ConcurrencyLevel> = Vec::new();
+    let rate = |n: usize, d: Duration| n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64();
+    for k in CONCURRENCY {
+        let prompts: Vec<Vec<u32>> = (0..k)
+            .map(|i| unit.iter().copied().cycle().skip(i * 3).take(32).collect())
+            .collect();
+        let mut rates = Vec::new();
+        for _ in 0..3 {
+            let (_, d) = engine.bench_batch(&prompts, gen_tokens)?;
+            rates.push(rate(k * gen_tokens, d));
+        }
+        let decode_tok_s = median(rates);
+        let one = out.first().map_or(decode_tok_s, |l| l.decode_tok_s);
+        out.push(ConcurrencyLevel {
+            sequences: k,
+            decode_tok_s,
+            speedup: decode_tok_s / one.max(f64::MIN_POSITIVE),
+        });
+    }
+    Ok(out)
+}
+
+/// Requests decoding when the newcomer arrives.
+const BUSY: usize = 3;
+
+/// Time to the first token of a request for `prompt` sent to the model actor (the engine
+/// moves into one), idle and while [`BUSY`] long requests decode; three of each, median.
+fn newcomer(engine: Engine, prompt: &[u32]) -> Result<NewcomerReport, LlmError> {
+    use ferrograph_llm::{GenerateOptions, ModelHandle, PromptInput};
+    let rt = tokio::runtime::Handle::current();
+    let handle = ModelHandle::from_engine(engine, 64, 8);
+    let ask = |tokens: Vec<u32>, max: usize, user: String| {
+        let h = handle.clone();
+        async move {
+            let options = GenerateOptions {
+                user: Some(user),
+                ..GenerateOptions::greedy().max_tokens(max)
+            };
+            let t = Instant::now();
+            h.generate(PromptInput::Tokens(tokens), options, None)
+                .await
+                .map(|_| t.elapsed())
+        }
+    };
+    // A different first token each time, so that no cached prefix serves the prompt.
+    let fresh = |i: usize| {
+        let mut p = prompt.to_vec();
+        p[0] = 1000 + i as u32;
+        p
+    };
+    let (mut idle, mut busy) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        idle.push(rt.block_on(ask(fresh(i), 1, "newcomer".into()))?.as_secs_f64() * 1e3);
+    }
+    for i in 0..3 {
+        let busy_prompt: Vec<u32> = prompt.iter().copied().take(16).collect();
+        let others: Vec<_> = (0..BUSY)
+            .map(|b| {
+                let mut p = busy_prompt.clone();
+                p[0] = 2000 + (i * BUSY + b) as u32;
+                rt.spawn(ask(p, 100_000, format!("busy-{b}")))
+            })
+            .collect();
+        // Wait until they are all decoding.
+        let start = handle.batch_stats();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while handle.batch_stats().steps < start.steps + 8 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        busy.push(rt.block_on(ask(fresh(10 + i), 1, "newcomer".into()))?.as_secs_f64() * 1e3);
+        for o in others {
+            o.abort();
+        }
+        // Let the actor notice the cancellations before the next round.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(NewcomerReport {
+        prompt_tokens: prompt.len(),
+        idle_ms: median(idle),
+        busy_ms: median(busy),
+        busy_sequences: BUSY,
     })
 }
 
@@ -259,206 +392,5 @@ impl BenchReport {
             self.decode_after_prompt_tok_s,
             self.peak_rss_mib
         )
-    }
-}
-
-/// llama.cpp's figures on the same GGUF and thread count, from
-/// `benches/peers/llama_cpp_bench.py` (llama-cpp-python).
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct PeerReport {
-    /// `llama.cpp`.
-    pub engine: String,
-    /// llama-cpp-python's version.
-    #[serde(default)]
-    pub llama_cpp_python: String,
-    /// Threads.
-    pub threads: usize,
-    /// Prompt length of the prefill measurement.
-    pub prompt_tokens: usize,
-    /// Load time.
-    pub load_ms: f64,
-    /// Time to first token.
-    pub ttft_ms: f64,
-    /// Prompt tokens per second.
-    pub prefill_tok_s: f64,
-    /// Generated tokens per second from a one-token context.
-    pub decode_tok_s: f64,
-    /// Generated tokens per second after the prompt.
-    #[serde(default)]
-    pub decode_after_prompt_tok_s: f64,
-    /// Peak resident memory of the peer process, in MiB.
-    pub peak_rss_mib: f64,
-}
-
-/// Smallest, median and largest of the per-round ratios ours / llama.cpp's.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct Ratio {
-    /// Smallest.
-    pub min: f64,
-    /// Median.
-    pub median: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-impl Ratio {
-    fn of(pairs: impl Iterator<Item = (f64, f64)>) -> Ratio {
-        let mut v: Vec<f64> = pairs
-            .map(|(a, b)| if b > 0.0 { a / b } else { 0.0 })
-            .collect();
-        v.sort_by(f64::total_cmp);
-        Ratio {
-            min: v.first().copied().unwrap_or(0.0),
-            median: v.get(v.len() / 2).copied().unwrap_or(0.0),
-            max: v.last().copied().unwrap_or(0.0),
-        }
-    }
-}
-
-/// Ours and llama.cpp's figures on the same model and thread count, measured in alternating
-/// rounds of one run, with per-round ratios (ours / theirs: above 1 is faster for speeds,
-/// smaller for memory).
-#[derive(Clone, Debug, Serialize)]
-pub struct PeerComparison {
-    /// Our reports, one per round.
-    pub ours: Vec<BenchReport>,
-    /// llama.cpp's reports, one per round.
-    pub peer: Vec<PeerReport>,
-    /// Prefill tok/s ratio.
-    pub prefill_ratio: Ratio,
-    /// Decode tok/s ratio (one-token context).
-    pub decode_ratio: Ratio,
-    /// Decode tok/s ratio after the prompt.
-    pub decode_after_prompt_ratio: Ratio,
-    /// Peak RSS ratio.
-    pub rss_ratio: Ratio,
-}
-
-fn peer_command() -> (PathBuf, PathBuf) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = std::env::var_os("FERROGRAPH_PEER_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let local = PathBuf::from("benches/peers/.venv/bin/python");
-            if local.exists() {
-                local
-            } else {
-                root.join("benches/peers/.venv/bin/python")
-            }
-        });
-    let script = std::env::var_os("FERROGRAPH_PEER_SCRIPT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let local = PathBuf::from("benches/peers/llama_cpp_bench.py");
-            if local.exists() {
-                local
-            } else {
-                root.join("benches/peers/llama_cpp_bench.py")
-            }
-        });
-    (python, script)
-}
-
-/// Runs llama.cpp's side (`benches/peers/llama_cpp_bench.py` under
-/// `benches/peers/.venv/bin/python`, or `FERROGRAPH_PEER_PYTHON` / `FERROGRAPH_PEER_SCRIPT`).
-pub fn run_llama_cpp(
-    path: &Path,
-    threads: usize,
-    prompt_tokens: usize,
-    gen_tokens: usize,
-) -> Result<PeerReport, LlmError> {
-    let (python, script) = peer_command();
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(path)
-        .args(["--threads", &threads.to_string()])
-        .args(["--prompt-tokens", &prompt_tokens.to_string()])
-        .args(["--gen-tokens", &gen_tokens.to_string()])
-        .arg("--json")
-        .output()
-        .map_err(|e| {
-            LlmError::Backend(format!(
-                "cannot run {} {} (set up with scripts/setup-peers.sh): {e}",
-                python.display(),
-                script.display()
-            ))
-        })?;
-    if !out.status.success() {
-        return Err(LlmError::Backend(format!(
-            "llama.cpp peer failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("");
-    serde_json::from_str(line)
-        .map_err(|e| LlmError::Backend(format!("unreadable llama.cpp peer output ({e}): {text}")))
-}
-
-/// `rounds` alternating rounds of [`bench_blocking`] and [`run_llama_cpp`] on the same model
-/// and thread count, with the ratios. Runs on a blocking thread.
-pub async fn compare_llama_cpp(
-    path: &Path,
-    threads: usize,
-    prompt_tokens: usize,
-    gen_tokens: usize,
-    rounds: usize,
-) -> Result<PeerComparison, LlmError> {
-    let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let mut ours = Vec::new();
-        let mut peer = Vec::new();
-        for _ in 0..rounds.max(1) {
-            ours.push(bench_blocking(
-                &path,
-                threads,
-                prompt_tokens,
-                gen_tokens,
-                DeviceKind::Cpu,
-            )?);
-            peer.push(run_llama_cpp(&path, threads, prompt_tokens, gen_tokens)?);
-        }
-        let pairs = |f: &dyn Fn(&BenchReport, &PeerReport) -> (f64, f64)| {
-            Ratio::of(ours.iter().zip(&peer).map(|(a, b)| f(a, b)))
-        };
-        Ok(PeerComparison {
-            prefill_ratio: pairs(&|a, b| (a.prefill_tok_s, b.prefill_tok_s)),
-            decode_ratio: pairs(&|a, b| (a.decode_tok_s, b.decode_tok_s)),
-            decode_after_prompt_ratio: pairs(&|a, b| {
-                (a.decode_after_prompt_tok_s, b.decode_after_prompt_tok_s)
-            }),
-            rss_ratio: pairs(&|a, b| (a.peak_rss_mib, b.peak_rss_mib)),
-            ours,
-            peer,
-        })
-    })
-    .await
-    .map_err(|e| LlmError::Backend(format!("bench task failed: {e}")))?
-}
-
-impl PeerComparison {
-    /// A few lines for people.
-    pub fn summary(&self) -> String {
-        let r = |x: &Ratio| format!("{:.2}x ({:.2}-{:.2})", x.median, x.min, x.max);
-        let mut s = String::new();
-        for (i, (a, b)) in self.ours.iter().zip(&self.peer).enumerate() {
-            s.push_str(&format!(
-                "round {}: ours ({}) prefill {:.1} decode {:.1} (after prompt {:.1}) tok/s, RSS {:.0} MiB | llama.cpp prefill {:.1} decode {:.1} (after prompt {:.1}) tok/s, RSS {:.0} MiB\n",
-                i + 1, a.kernels, a.prefill_tok_s, a.decode_tok_s, a.decode_after_prompt_tok_s, a.peak_rss_mib,
-                b.prefill_tok_s, b.decode_tok_s, b.decode_after_prompt_tok_s, b.peak_rss_mib
-            ));
-        }
-        if let Some(a) = self.ours.first() {
-            s.push_str(&format!(
-                "{} ({}), {} thread(s), prompt {} tokens: ours / llama.cpp: prefill {}, decode {}, decode after prompt {}, peak RSS {}",
-                a.model, a.architecture, a.threads_effective, a.prompt_tokens,
-                r(&self.prefill_ratio), r(&self.decode_ratio), r(&self.decode_after_prompt_ratio), r(&self.rss_ratio)
-            ));
-        }
-        s
     }
 }

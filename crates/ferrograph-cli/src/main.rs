@@ -453,9 +453,11 @@ enum BenchCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// Also run a peer engine on the same GGUF and thread count, in alternating rounds,
-        /// and print the ratios (`llama-cpp`: benches/peers/llama_cpp_bench.py in
-        /// benches/peers/.venv, see scripts/setup-peers.sh).
+        /// Instead, compare with a peer engine on the same GGUF and thread count, in
+        /// alternating rounds: prefill at 128 to 4,096 prompt tokens, decode at depth 0, 512
+        /// and 2,048, aggregate decode with 1 to 8 concurrent sequences, peak RSS, with the
+        /// ratios (`llama-cpp`: llama.cpp's own llama-bench and llama-server, built by
+        /// scripts/setup-llama-cpp.sh).
         #[arg(long, value_parser = ["llama-cpp"])]
         peer: Option<String>,
         /// Rounds with --peer.
@@ -1326,12 +1328,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                 Some(m) => ferrograph_llm::manifest::ensure_model(&m)?,
             };
             if peer.is_some() {
-                let c = ferrograph_benches::llm::compare_llama_cpp(
-                    &path,
-                    threads,
-                    prompt_tokens,
-                    gen_tokens,
-                    rounds,
+                let c = ferrograph_benches::llm_peer::compare_llama_cpp(
+                    &path, threads, gen_tokens, rounds,
                 )
                 .await?;
                 if json {
@@ -1358,6 +1356,25 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     r.prompt_tokens, r.prefill_tok_s, r.decode_tok_s, r.decode_after_prompt_tok_s,
                     r.peak_rss_mib
                 ));
+                if !r.concurrency.is_empty() {
+                    let levels: Vec<String> = r
+                        .concurrency
+                        .iter()
+                        .map(|l| {
+                            format!(
+                                "{} seq {:.1} tok/s ({:.2}x)",
+                                l.sequences, l.decode_tok_s, l.speedup
+                            )
+                        })
+                        .collect();
+                    print::line(format!("decode together: {}", levels.join(", ")));
+                }
+                if let Some(n) = &r.newcomer {
+                    print::line(format!(
+                        "first token of a {}-token request: {:.1} ms idle, {:.1} ms joining {} decoding requests",
+                        n.prompt_tokens, n.idle_ms, n.busy_ms, n.busy_sequences
+                    ));
+                }
                 if let Some(a) = &r.agreement {
                     print::line(format!(
                         "logits against the CPU on {} positions: same top token at {}, largest difference {:.4}, smallest cosine {:.6}",

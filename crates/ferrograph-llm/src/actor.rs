@@ -83,7 +83,7 @@ impl ModelHandle {
         Ok(Self::from_engine(
             engine,
             options.queue_capacity.max(1),
-            options.max_batch,
+            max_batch(options.max_batch),
         ))
     }
 
@@ -151,6 +151,20 @@ impl ModelHandle {
     /// How many more requests the queue accepts right now.
     pub fn queue_room(&self) -> usize {
         self.tx.capacity()
+    }
+}
+
+/// `FERROGRAPH_MAX_BATCH` when it is set to a positive number, else `configured`.
+fn max_batch(configured: usize) -> usize {
+    match std::env::var("FERROGRAPH_MAX_BATCH") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                tracing::warn!(value = %v, "FERROGRAPH_MAX_BATCH is not a positive number; using {configured}");
+                configured
+            }
+        },
+        Err(_) => configured,
     }
 }
 

@@ -639,6 +639,11 @@ impl Engine {
         }
     }
 
+    /// Forgets every cached prompt prefix (benchmarks start cold).
+    pub(crate) fn forget_prefixes(&mut self) {
+        self.prefixes.clear();
+    }
+
     /// Runs the raw forward pass for benchmarks: prefill `prompt`, then `n` greedy decode
     /// steps that ignore end-of-sequence. Returns (prefill, first token, decode) durations.
     pub fn bench_forward(

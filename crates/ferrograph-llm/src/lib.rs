@@ -6,9 +6,10 @@
 //! - [`LocalChatModel`]: a GGUF model run by candle's quantized models, chosen by
 //!   `general.architecture` (see [`SUPPORTED_ARCHITECTURES`]), with its tokenizer built from
 //!   the GGUF metadata and its chat template rendered by minijinja. Each loaded model lives in
-//!   one model actor ([`ModelHandle`]) that serves waiting requests round-robin between
-//!   callers ([`GenerateOptions::user`]); models are loaded lazily, once per process, with a
-//!   progress bar on a terminal ([`progress`]).
+//!   one model actor ([`ModelHandle`]) that decodes concurrent requests together (continuous
+//!   batching: one forward pass per step for all of them, [`LoadOptions::max_batch`]) and
+//!   gives free batch places to callers round-robin ([`GenerateOptions::user`]); models are
+//!   loaded lazily, once per process, with a progress bar on a terminal ([`progress`]).
 //! - Sampling: greedy, temperature, top-k, top-p, repetition penalty, seed, stop strings, max
 //!   tokens, `max_context` ([`GenerateOptions`]). Prompt prefixes (a shared system prompt, the
 //!   previous turn) are reused across calls from KV snapshots.

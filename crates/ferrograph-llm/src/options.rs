@@ -36,6 +36,7 @@ pub struct LoadOptions {
     /// How many requests the model actor decodes together, each with its own KV cache, in
     /// one forward pass per step (continuous batching; 1 serves one request at a time).
     /// Only our kernels batch; candle's models always serve one at a time.
+    /// `FERROGRAPH_MAX_BATCH` overrides it.
     pub max_batch: usize,
     /// How many prompt-prefix KV snapshots the model keeps for reuse across calls (0 disables
     /// prefix reuse).

@@ -369,3 +369,58 @@ impl Engine {
             .collect()
     }
 }
+
+impl Engine {
+    /// Runs `prompts` together for benchmarks: one batched prefill of all of them, then `n`
+    /// greedy decode steps of all of them (end-of-sequence ignored), each step one pass over
+    /// every sequence (one after the other on candle's models). Returns the prefill and the
+    /// decode durations; aggregate decode speed is `prompts.len() * n` over the second.
+    pub fn bench_batch(
+        &mut self,
+        prompts: &[Vec<u32>],
+        n: usize,
+    ) -> Result<(Duration, Duration), LlmError> {
+        self.forget_prefixes();
+        let options = GenerateOptions::greedy();
+        let mut seqs = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            seqs.push(self.start(p, None, &options)?);
+        }
+        let result = self.bench_batch_steps(&mut seqs, n);
+        for s in seqs {
+            self.release(s);
+        }
+        result
+    }
+
+    fn bench_batch_steps(
+        &mut self,
+        seqs: &mut [Sequence],
+        n: usize,
+    ) -> Result<(Duration, Duration), LlmError> {
+        let start = Instant::now();
+        for s in seqs.iter_mut() {
+            s.feed = s.prompt.clone();
+        }
+        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
+        let mut logits = self.forward_many(&mut refs);
+        let prefill = start.elapsed();
+        let start = Instant::now();
+        for step in 0..n {
+            for (s, l) in refs.iter_mut().zip(&logits) {
+                let l = l.as_ref().map_err(|e| LlmError::Backend(e.to_string()))?;
+                if step == 0 {
+                    s.pos = s.prompt.len();
+                } else {
+                    s.pos += 1;
+                }
+                s.feed = vec![crate::sampling::argmax(l)];
+            }
+            logits = self.forward_many(&mut refs);
+        }
+        for l in &logits {
+            l.as_ref().map_err(|e| LlmError::Backend(e.to_string()))?;
+        }
+        Ok((prefill, start.elapsed()))
+    }
+}
