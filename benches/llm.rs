@@ -343,7 +343,11 @@ fn newcomer(engine: Engine, prompt: &[u32]) -> Result<NewcomerReport, LlmError> 
     };
     let (mut idle, mut busy) = (Vec::new(), Vec::new());
     for i in 0..3 {
-        idle.push(rt.block_on(ask(fresh(i), 1, "newcomer".into()))?.as_secs_f64() * 1e3);
+        idle.push(
+            rt.block_on(ask(fresh(i), 1, "newcomer".into()))?
+                .as_secs_f64()
+                * 1e3,
+        );
     }
     for i in 0..3 {
         let busy_prompt: Vec<u32> = prompt.iter().copied().take(16).collect();
@@ -360,7 +364,11 @@ fn newcomer(engine: Engine, prompt: &[u32]) -> Result<NewcomerReport, LlmError> 
         while handle.batch_stats().steps < start.steps + 8 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        busy.push(rt.block_on(ask(fresh(10 + i), 1, "newcomer".into()))?.as_secs_f64() * 1e3);
+        busy.push(
+            rt.block_on(ask(fresh(10 + i), 1, "newcomer".into()))?
+                .as_secs_f64()
+                * 1e3,
+        );
         for o in others {
             o.abort();
         }

@@ -8,7 +8,7 @@
 //!   step), against `llama-server --parallel N` sent the same number of requests at once
 //!   (greedy, end-of-sequence ignored, prompt cache off);
 //! - peak resident memory: ours is this process's high-water mark after all of the above;
-//!   llama.cpp's the largest of its processes (`getrusage` of the children).
+//!   llama.cpp's that of `llama-bench` over the same prefill and decode shapes.
 //!
 //! Both binaries come from `scripts/setup-llama-cpp.sh` (llama.cpp as vendored in the
 //! llama-cpp-python sdist), found in `.peers/llama.cpp/bin` or through
@@ -177,21 +177,19 @@ fn ours_round(engine: &mut Engine, unit: &[u32], gen: usize) -> Result<Figures, 
     Ok(f)
 }
 
-/// Runs `llama-bench` with `args` and returns its JSON rows.
+/// Runs `llama-bench` with `args`: its JSON rows and its peak RSS in MiB.
 fn llama_bench(
     model: &Path,
     threads: usize,
     args: &[String],
-) -> Result<Vec<serde_json::Value>, LlmError> {
+) -> Result<(Vec<serde_json::Value>, f64), LlmError> {
     let bin = tool("llama-bench")?;
-    let out = Command::new(&bin)
-        .arg("-m")
+    let mut cmd = Command::new(&bin);
+    cmd.arg("-m")
         .arg(model)
         .args(["-t", &threads.to_string(), "-r", "2", "-o", "json"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| LlmError::Backend(format!("cannot run {}: {e}", bin.display())))?;
+        .args(args);
+    let (out, rss) = run_watching_rss(cmd)?;
     if !out.status.success() {
         return Err(LlmError::Backend(format!(
             "llama-bench failed ({}): {}",
@@ -199,16 +197,82 @@ fn llama_bench(
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| {
+    let rows = serde_json::from_slice(&out.stdout).map_err(|e| {
         LlmError::Backend(format!(
             "unreadable llama-bench output ({e}): {}",
             String::from_utf8_lossy(&out.stdout)
         ))
-    })
+    })?;
+    Ok((rows, rss))
+}
+
+/// The high-water RSS (`VmHWM`) of process `pid`, MiB.
+fn vm_hwm_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = s
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<f64>()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Runs `cmd` to its end, reading its high-water RSS every 20 ms while it runs (a child's
+/// `getrusage` figure would include this process's RSS at the fork, so it cannot be used).
+fn run_watching_rss(mut cmd: Command) -> Result<(std::process::Output, f64), LlmError> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| LlmError::Backend(format!("cannot run {cmd:?}: {e}")))?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let mut peak: f64 = 0.0;
+    let status = loop {
+        if let Some(m) = vm_hwm_mib(child.id()) {
+            peak = peak.max(m);
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(LlmError::Backend(format!("waiting for {cmd:?}: {e}"))),
+        }
+    };
+    let out = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    Ok((out, peak))
 }
 
 fn field(row: &serde_json::Value, key: &str) -> usize {
-    row.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0) as usize
+    row.get(key)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0) as usize
 }
 
 /// A `llama-server` that is killed when dropped.
@@ -328,20 +392,10 @@ async fn llama_cpp_round(
     unit: &[u32],
     gen: usize,
 ) -> Result<(Figures, String), LlmError> {
-    let join = |v: &[usize]| {
-        v.iter()
-            .map(usize::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    let join = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     let (m, pp_args) = (
         model.to_path_buf(),
-        vec![
-            "-p".to_string(),
-            join(&PREFILL),
-            "-n".into(),
-            "0".into(),
-        ],
+        vec!["-p".to_string(), join(&PREFILL), "-n".into(), "0".into()],
     );
     let tg_args = vec![
         "-p".to_string(),
@@ -351,10 +405,11 @@ async fn llama_cpp_round(
         "-d".into(),
         join(&DEPTHS),
     ];
-    let rows = tokio::task::spawn_blocking(move || -> Result<_, LlmError> {
-        let mut rows = llama_bench(&m, threads, &pp_args)?;
-        rows.extend(llama_bench(&m, threads, &tg_args)?);
-        Ok(rows)
+    let (rows, rss) = tokio::task::spawn_blocking(move || -> Result<_, LlmError> {
+        let (mut rows, a) = llama_bench(&m, threads, &pp_args)?;
+        let (more, b) = llama_bench(&m, threads, &tg_args)?;
+        rows.extend(more);
+        Ok((rows, a.max(b)))
     })
     .await
     .map_err(|e| LlmError::Backend(format!("llama-bench task: {e}")))??;
@@ -367,18 +422,14 @@ async fn llama_cpp_round(
     let mut f = Figures::default();
     for r in &rows {
         let ts = r["avg_ts"].as_f64().unwrap_or(0.0);
-        let (p, g, d) = (
-            field(r, "n_prompt"),
-            field(r, "n_gen"),
-            field(r, "n_depth"),
-        );
+        let (p, g, d) = (field(r, "n_prompt"), field(r, "n_gen"), field(r, "n_depth"));
         if g == 0 && p > 0 {
             f.prefill.push(Point { at: p, tok_s: ts });
         } else if p == 0 && g > 0 {
             f.decode.push(Point { at: d, tok_s: ts });
         }
     }
-    f.peak_rss_mib = children_peak_rss_mib();
+    f.peak_rss_mib = rss;
     for k in CONCURRENCY {
         let prompts: Vec<Vec<u32>> = (0..k)
             .map(|i| {
@@ -398,20 +449,8 @@ async fn llama_cpp_round(
     Ok((f, build))
 }
 
-/// The largest peak RSS of this process's finished children, MiB.
-fn children_peak_rss_mib() -> f64 {
-    #[cfg(target_os = "linux")]
-    {
-        use nix::sys::resource::{getrusage, UsageWho};
-        getrusage(UsageWho::RUSAGE_CHILDREN)
-            .map(|u| u.max_rss() as f64 / 1024.0)
-            .unwrap_or(0.0)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        0.0
-    }
-}
+/// Picks one shape's points out of [`Figures`].
+type PickPoints = fn(&Figures) -> &Vec<Point>;
 
 /// `rounds` alternating rounds of ours and llama.cpp's on `path` with `threads` threads.
 pub async fn compare_llama_cpp(
@@ -463,7 +502,7 @@ pub async fn compare_llama_cpp(
         build = b;
     }
     let mut rows = Vec::new();
-    let shapes: [(&'static str, fn(&Figures) -> &Vec<Point>); 3] = [
+    let shapes: [(&'static str, PickPoints); 3] = [
         ("prefill", |f| &f.prefill),
         ("decode", |f| &f.decode),
         ("concurrent", |f| &f.concurrent),
@@ -474,12 +513,7 @@ pub async fn compare_llama_cpp(
             .map(|f| pick(f).iter().map(|p| p.at).collect())
             .unwrap_or_default();
         for at in ats {
-            let get = |f: &Figures| {
-                pick(f)
-                    .iter()
-                    .find(|p| p.at == at)
-                    .map_or(0.0, |p| p.tok_s)
-            };
+            let get = |f: &Figures| pick(f).iter().find(|p| p.at == at).map_or(0.0, |p| p.tok_s);
             let (a, b): (Vec<f64>, Vec<f64>) = ours
                 .iter()
                 .zip(&theirs)

@@ -930,10 +930,21 @@ struct AttnSeq<'a> {
     rows: std::ops::Range<usize>,
 }
 
+/// Query rows per unit of attention work during prefill.
+const ATTN_ROWS: usize = 32;
+/// Below this many (query head, key) pairs in a pass, attention runs on the calling thread.
+const ATTN_PARALLEL_MIN: usize = 16_384;
+
 /// Causal attention of every sequence's new rows over its own cache; with a `window`, a row
-/// at position `p` sees only positions `p - window + 1 ..= p`. The work is split over the
-/// pool by (sequence, head); each head of each row is computed by the same code, in the same
-/// order, whatever the split.
+/// at position `p` sees only positions `p - window + 1 ..= p`.
+///
+/// The work is split over the pool in units of (sequence, key/value head, block of
+/// [`ATTN_ROWS`] rows), in decode as in prefill. A unit handles the query heads that share
+/// its key/value head together, so each cached key and value is read once for all of them
+/// (three query heads per key/value head in SmolLM2). Each head of each row is computed by
+/// the same code in the same order whatever the split: scores key by key, the softmax, then
+/// the values summed in key order, so the output does not depend on the batch, the blocks
+/// or the thread count.
 fn attention(
     cfg: &DecoderConfig,
     q: &[f32],
@@ -946,27 +957,116 @@ fn attention(
     let group = heads / cfg.kv_heads;
     let d = cfg.q_dim();
     let scale = cfg.attn_scale;
-    let t_total: usize = seqs.iter().map(|s| s.rows.len()).sum();
-    // Per (sequence, head): [t][hd], so that each unit's output is one disjoint chunk.
-    let mut per_head = vec![0f32; heads * t_total * hd];
-    {
-        let mut chunks: Vec<Mutex<&mut [f32]>> = Vec::with_capacity(seqs.len() * heads);
-        let mut rest = &mut per_head[..];
-        for s in seqs {
-            for _ in 0..heads {
-                let (chunk, tail) = rest.split_at_mut(s.rows.len() * hd);
-                chunks.push(Mutex::new(chunk));
-                rest = tail;
+    // The units: (sequence, kv head, first row, rows).
+    let mut units: Vec<(usize, usize, usize, usize)> = Vec::new();
+    let mut pairs = 0usize;
+    for (si, s) in seqs.iter().enumerate() {
+        let t_n = s.rows.len();
+        pairs += heads * t_n * (s.pos + t_n);
+        for r0 in (0..t_n).step_by(ATTN_ROWS) {
+            for g in 0..cfg.kv_heads {
+                units.push((si, g, r0, ATTN_ROWS.min(t_n - r0)));
             }
         }
-        let one_head = |unit: usize| {
-            let (s, h) = (&seqs[unit / heads], unit % heads);
-            let mut dst = chunks[unit].lock();
+    }
+    // Each unit's output: its rows, each the `group * hd` outputs of its query heads.
+    let results: Vec<Mutex<Vec<f32>>> = units
+        .iter()
+        .map(|u| Mutex::new(vec![0f32; u.3 * group * hd]))
+        .collect();
+    let one_unit = |ui: usize| {
+        let (si, g, r0, rows) = units[ui];
+        let s = &seqs[si];
+        let mut dst = results[ui].lock();
+        let pos = s.pos;
+        let last = pos + r0 + rows;
+        // Scores of the group's heads: `group` arrays of `last` keys.
+        let mut scores = vec![0f32; group * last];
+        for t in r0..r0 + rows {
+            let n = pos + t + 1;
+            let first = window.map_or(0, |w| n.saturating_sub(w));
+            let row = s.rows.start + t;
+            let qrow = &q[row * d..(row + 1) * d];
+            let mut mx = [f32::NEG_INFINITY; 16];
+            for j in first..n {
+                let kr = &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                for (e, m) in mx.iter_mut().enumerate().take(group) {
+                    let h = g * group + e;
+                    let sc = dot8(&qrow[h * hd..(h + 1) * hd], kr) * scale;
+                    scores[e * last + j] = sc;
+                    *m = m.max(sc);
+                }
+            }
+            let mut inv = [0f32; 16];
+            for (e, iv) in inv.iter_mut().enumerate().take(group) {
+                let mut sum = 0f32;
+                for sc in scores[e * last + first..e * last + n].iter_mut() {
+                    *sc = exp_approx(*sc - mx[e]);
+                    sum += *sc;
+                }
+                *iv = 1.0 / sum;
+            }
+            let o = &mut dst[(t - r0) * group * hd..(t - r0 + 1) * group * hd];
+            o.fill(0.0);
+            for j in first..n {
+                let vr = &s.vc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                for (e, oh) in o.chunks_exact_mut(hd).enumerate() {
+                    let p = scores[e * last + j] * inv[e];
+                    for (a, b) in oh.iter_mut().zip(vr) {
+                        *a += p * b;
+                    }
+                }
+            }
+        }
+    };
+    let pool = kernels::pool::global();
+    if group <= 16 && pairs >= ATTN_PARALLEL_MIN && units.len() > 1 && pool.threads() > 1 {
+        let n = pool.threads();
+        pool.run(&|tid| {
+            for ui in (tid..units.len()).step_by(n) {
+                one_unit(ui);
+            }
+        });
+    } else if group <= 16 {
+        for ui in 0..units.len() {
+            one_unit(ui);
+        }
+    } else {
+        attention_per_head(cfg, q, seqs, window, out);
+        return;
+    }
+    for (&(si, g, r0, rows), res) in units.iter().zip(&results) {
+        let res = res.lock();
+        let s = &seqs[si];
+        for t in 0..rows {
+            let row = s.rows.start + r0 + t;
+            let at = row * d + g * group * hd;
+            out[at..at + group * hd].copy_from_slice(&res[t * group * hd..(t + 1) * group * hd]);
+        }
+    }
+}
+
+/// [`attention`] one query head at a time, for models with more than 16 query heads per
+/// key/value head (the grouped version keeps its per-head state on the stack).
+fn attention_per_head(
+    cfg: &DecoderConfig,
+    q: &[f32],
+    seqs: &[AttnSeq<'_>],
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    let (hd, heads) = (cfg.head_dim, cfg.heads);
+    let kv = cfg.kv_dim();
+    let group = heads / cfg.kv_heads;
+    let d = cfg.q_dim();
+    let scale = cfg.attn_scale;
+    for s in seqs {
+        let t_n = s.rows.len();
+        let mut scores = vec![0f32; s.pos + t_n];
+        for h in 0..heads {
             let g = h / group;
-            let (pos, t_n) = (s.pos, s.rows.len());
-            let mut scores = vec![0f32; pos + t_n];
             for t in 0..t_n {
-                let n = pos + t + 1;
+                let n = s.pos + t + 1;
                 let first = window.map_or(0, |w| n.saturating_sub(w));
                 let row = s.rows.start + t;
                 let qv = &q[row * d + h * hd..row * d + (h + 1) * hd];
@@ -982,7 +1082,7 @@ fn attention(
                     sum += *sc;
                 }
                 let inv = 1.0 / sum;
-                let o = &mut dst[t * hd..(t + 1) * hd];
+                let o = &mut out[row * d + h * hd..row * d + (h + 1) * hd];
                 o.fill(0.0);
                 for (j, sc) in scores[first..n].iter().enumerate() {
                     let j = first + j;
@@ -993,34 +1093,7 @@ fn attention(
                     }
                 }
             }
-        };
-        let units = seqs.len() * heads;
-        let pool = kernels::pool::global();
-        if t_total > 1 && pool.threads() > 1 {
-            let n = pool.threads();
-            pool.run(&|tid| {
-                for unit in (tid..units).step_by(n) {
-                    one_head(unit);
-                }
-            });
-        } else {
-            for unit in 0..units {
-                one_head(unit);
-            }
         }
-    }
-    let mut at = 0;
-    for s in seqs {
-        let t_n = s.rows.len();
-        for h in 0..heads {
-            for t in 0..t_n {
-                let row = s.rows.start + t;
-                let src = at + (h * t_n + t) * hd;
-                out[row * d + h * hd..row * d + (h + 1) * hd]
-                    .copy_from_slice(&per_head[src..src + hd]);
-            }
-        }
-        at += heads * t_n * hd;
     }
 }
 
@@ -1095,6 +1168,94 @@ mod tests {
                 let err = (f64::from(got) - want).abs();
                 let bound = 1e-6 * (1.0 + 2.0 * u.abs().max(xd.abs())) * want.abs();
                 assert!(err <= bound.max(1e-12), "{name}({x}) = {got}, want {want}");
+            }
+        }
+    }
+
+    fn test_config(heads: usize, kv_heads: usize, head_dim: usize) -> DecoderConfig {
+        DecoderConfig {
+            family: Family::Llama,
+            dim: heads * head_dim,
+            layers: 1,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn: 8,
+            vocab: 8,
+            eps: 1e-5,
+            rope_base: 10_000.0,
+            sliding_window: None,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        }
+    }
+
+    /// Deterministic values in [-1, 1).
+    fn noise(seed: u64, n: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn grouped_attention_equals_attention_head_by_head_bit_for_bit() {
+        // Shapes: SmolLM2's (9 heads over 3), one head per kv head, and Gemma 3's (4 over
+        // 1) with a sliding window; sequences from prefill (many rows, several row blocks)
+        // to decode (one row deep in the cache), alone and together.
+        let cases: [(usize, usize, usize, Option<usize>); 3] =
+            [(9, 3, 64, None), (4, 4, 16, None), (4, 1, 32, Some(24))];
+        for (ci, &(heads, kv_heads, hd, window)) in cases.iter().enumerate() {
+            let cfg = test_config(heads, kv_heads, hd);
+            let shapes: [(usize, usize); 4] = [(0, 70), (300, 1), (21, 7), (1500, 1)];
+            let caches: Vec<(Vec<f32>, Vec<f32>)> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(pos, t_n))| {
+                    let n = (pos + t_n) * cfg.kv_dim();
+                    (noise(7 * i as u64 + 1, n), noise(7 * i as u64 + 2, n))
+                })
+                .collect();
+            let mut start = 0;
+            let seqs: Vec<AttnSeq<'_>> = shapes
+                .iter()
+                .zip(&caches)
+                .map(|(&(pos, t_n), (k, v))| {
+                    let s = AttnSeq {
+                        kc: k,
+                        vc: v,
+                        pos,
+                        rows: start..start + t_n,
+                    };
+                    start += t_n;
+                    s
+                })
+                .collect();
+            let q = noise(99 + ci as u64, start * cfg.q_dim());
+            let mut grouped = vec![0f32; start * cfg.q_dim()];
+            let mut per_head = vec![1f32; start * cfg.q_dim()];
+            attention(&cfg, &q, &seqs, window, &mut grouped);
+            attention_per_head(&cfg, &q, &seqs, window, &mut per_head);
+            assert!(grouped == per_head, "case {ci}: outputs differ");
+            // Each sequence alone gives its rows of the batch.
+            for s in &seqs {
+                let alone = [AttnSeq {
+                    kc: s.kc,
+                    vc: s.vc,
+                    pos: s.pos,
+                    rows: 0..s.rows.len(),
+                }];
+                let qs = &q[s.rows.start * cfg.q_dim()..s.rows.end * cfg.q_dim()];
+                let mut o = vec![0f32; qs.len()];
+                attention(&cfg, qs, &alone, window, &mut o);
+                assert!(
+                    o == grouped[s.rows.start * cfg.q_dim()..s.rows.end * cfg.q_dim()],
+                    "case {ci}: a sequence alone differs from its rows in the batch"
+                );
             }
         }
     }
