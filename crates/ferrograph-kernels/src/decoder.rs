@@ -555,17 +555,30 @@ impl DecoderModel {
     }
 
     /// Runs `tokens` at positions `pos..` (dropping any cached tokens from `pos` on) and
-    /// returns the logits of the last one.
+    /// returns the logits of the last one. A long prompt goes through in passes of at most
+    /// [`MAX_PASS_ROWS`] tokens, which bounds the activations' memory and gives the same
+    /// logits (every row is computed alone).
     pub fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>, String> {
-        let mut one = [BatchItem {
-            model: self,
-            tokens,
-            pos,
-        }];
-        let mut logits = forward_batch(&mut one)?;
-        logits.pop().ok_or_else(|| "no logits".to_string())
+        if tokens.is_empty() {
+            return Err("no tokens".into());
+        }
+        let mut logits = Vec::new();
+        for (i, chunk) in tokens.chunks(MAX_PASS_ROWS).enumerate() {
+            let mut one = [BatchItem {
+                model: &mut *self,
+                tokens: chunk,
+                pos: pos + i * MAX_PASS_ROWS,
+            }];
+            logits = forward_batch(&mut one)?
+                .pop()
+                .ok_or_else(|| "no logits".to_string())?;
+        }
+        Ok(logits)
     }
 }
+
+/// The most tokens [`DecoderModel::forward`] runs in one pass.
+pub const MAX_PASS_ROWS: usize = 512;
 
 /// One sequence's part of a batched forward pass ([`forward_batch`]).
 #[derive(Debug)]

@@ -143,6 +143,32 @@ fn a_batched_pass_gives_each_sequence_its_logits_alone() {
 }
 
 #[test]
+fn a_long_prompt_in_passes_gives_the_logits_of_one_pass() {
+    let Some(path) = model_path() else { return };
+    let mut base = decoder(&path);
+    base.reset();
+    let prompt = tokens(9, 700);
+    assert!(prompt.len() > ferrograph_kernels::decoder::MAX_PASS_ROWS);
+    // `forward` runs it in passes of MAX_PASS_ROWS; `forward_batch` in one.
+    let mut chunked = base.clone();
+    let in_passes = chunked.forward(&prompt, 0).unwrap();
+    let mut whole = base.clone();
+    let one_pass = forward_batch(&mut [BatchItem {
+        model: &mut whole,
+        tokens: &prompt,
+        pos: 0,
+    }])
+    .unwrap()
+    .pop()
+    .unwrap();
+    assert!(in_passes == one_pass, "logits differ");
+    assert_eq!(chunked.cached(), 700);
+    // The caches continue alike.
+    let next = [argmax(&in_passes)];
+    assert!(chunked.forward(&next, 700).unwrap() == whole.forward(&next, 700).unwrap());
+}
+
+#[test]
 fn a_batch_of_two_models_is_refused() {
     let Some(path) = model_path() else { return };
     let mut a = decoder(&path);
