@@ -171,7 +171,12 @@ pub fn peak_rss_mib() -> f64 {
 /// The median of `v` (0 when empty).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// Benchmarks the GGUF at `path` with `threads` threads: a fresh load, then one warm-up and

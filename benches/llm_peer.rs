@@ -69,7 +69,7 @@ impl Ratio {
         v.sort_by(f64::total_cmp);
         Ratio {
             min: v.first().copied().unwrap_or(0.0),
-            median: v.get(v.len() / 2).copied().unwrap_or(0.0),
+            median: median(v.clone()),
             max: v.last().copied().unwrap_or(0.0),
         }
     }
