@@ -299,9 +299,7 @@ fn concurrency(
     let mut out: Vec<ConcurrencyLevel> = Vec::new();
     let rate = |n: usize, d: Duration| n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64();
     for k in CONCURRENCY {
-        let prompts: Vec<Vec<u32>> = (0..k)
-            .map(|i| unit.iter().copied().cycle().skip(i * 3).take(32).collect())
-            .collect();
+        let prompts = concurrent_prompts(unit, k, 32);
         let mut rates = Vec::new();
         for _ in 0..3 {
             let (_, d) = engine.bench_batch(&prompts, gen_tokens)?;
@@ -316,6 +314,14 @@ fn concurrency(
         });
     }
     Ok(out)
+}
+
+/// `k` different prompts of `len` tokens for concurrent sequences: `unit` repeated, each
+/// starting three tokens further into it.
+pub fn concurrent_prompts(unit: &[u32], k: usize, len: usize) -> Vec<Vec<u32>> {
+    (0..k)
+        .map(|i| unit.iter().copied().cycle().skip(i * 3).take(len).collect())
+        .collect()
 }
 
 /// Requests decoding when the newcomer arrives.

@@ -14,7 +14,7 @@
 //! llama-cpp-python sdist), found in `.peers/llama.cpp/bin` or through
 //! `FERROGRAPH_LLAMA_CPP_BIN`.
 
-use crate::llm::{median, peak_rss_mib, set_threads, CONCURRENCY};
+use crate::llm::{concurrent_prompts, median, peak_rss_mib, set_threads, CONCURRENCY};
 use ferrograph_llm::{Engine, LlmError, LoadOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -157,16 +157,7 @@ fn ours_round(engine: &mut Engine, unit: &[u32], gen: usize) -> Result<Figures, 
         });
     }
     for k in CONCURRENCY {
-        let prompts: Vec<Vec<u32>> = (0..k)
-            .map(|i| {
-                unit.iter()
-                    .copied()
-                    .cycle()
-                    .skip(i * 3)
-                    .take(CONCURRENT_PROMPT)
-                    .collect()
-            })
-            .collect();
+        let prompts = concurrent_prompts(unit, k, CONCURRENT_PROMPT);
         let (_, d) = engine.bench_batch(&prompts, gen)?;
         f.concurrent.push(Point {
             at: k,
@@ -431,16 +422,7 @@ async fn llama_cpp_round(
     }
     f.peak_rss_mib = rss;
     for k in CONCURRENCY {
-        let prompts: Vec<Vec<u32>> = (0..k)
-            .map(|i| {
-                unit.iter()
-                    .copied()
-                    .cycle()
-                    .skip(i * 3)
-                    .take(CONCURRENT_PROMPT)
-                    .collect()
-            })
-            .collect();
+        let prompts = concurrent_prompts(unit, k, CONCURRENT_PROMPT);
         f.concurrent.push(Point {
             at: k,
             tok_s: server_round(model, threads, &prompts, gen).await?,

@@ -24,6 +24,12 @@ PANELS = [
 ]
 
 
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def series(runs, shape):
     """(x, median, low, high) over the rounds of one engine."""
     by_at = {}
@@ -31,7 +37,7 @@ def series(runs, shape):
         for p in fig[shape]:
             by_at.setdefault(p["at"], []).append(p["tok_s"])
     xs = sorted(by_at)
-    med = [sorted(by_at[x])[len(by_at[x]) // 2] for x in xs]
+    med = [median(by_at[x]) for x in xs]
     lo = [m - min(by_at[x]) for x, m in zip(xs, med)]
     hi = [max(by_at[x]) - m for x, m in zip(xs, med)]
     return xs, med, lo, hi

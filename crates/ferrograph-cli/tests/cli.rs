@@ -461,3 +461,47 @@ fn graph_draws_the_workflow_and_a_threads_path() {
     let out = ferrograph(dir.path(), &["graph", "nope"]);
     assert_ne!(out.status.code(), Some(0));
 }
+
+#[test]
+fn bench_llm_reports_batched_decode_and_a_newcomer_and_names_a_missing_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ferrograph(
+        dir.path(),
+        &[
+            "bench",
+            "llm",
+            "--prompt-tokens",
+            "16",
+            "--gen-tokens",
+            "4",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let levels: Vec<u64> = r["concurrency"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            assert!(l["decode_tok_s"].as_f64().unwrap() > 0.0, "{l}");
+            l["sequences"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(levels, [1, 2, 4, 8]);
+    let n = &r["newcomer"];
+    assert!(n["idle_ms"].as_f64().unwrap() > 0.0, "{n}");
+    assert!(n["busy_ms"].as_f64().unwrap() > 0.0, "{n}");
+    assert_eq!(n["busy_sequences"], 3);
+
+    // Without llama.cpp's tools the comparison stops before measuring, naming the script.
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrograph"))
+        .args(["bench", "llm", "--peer", "llama-cpp"])
+        .env("FERROGRAPH_DATA_DIR", dir.path())
+        .env("FERROGRAPH_LLAMA_CPP_BIN", dir.path().join("no-such-dir"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("scripts/setup-llama-cpp.sh"), "{err}");
+}
