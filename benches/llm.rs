@@ -332,13 +332,17 @@ const BUSY: usize = 3;
 fn newcomer(engine: Engine, prompt: &[u32]) -> Result<NewcomerReport, LlmError> {
     use ferrograph_llm::{GenerateOptions, ModelHandle, PromptInput};
     let rt = tokio::runtime::Handle::current();
+    // Room for the newcomer's prompt (the default request context is 2,048 tokens).
+    let context = (prompt.len() + 64).max(GenerateOptions::default().max_context);
     let handle = ModelHandle::from_engine(engine, 64, 8);
     let ask = |tokens: Vec<u32>, max: usize, user: String| {
         let h = handle.clone();
         async move {
             let options = GenerateOptions {
                 user: Some(user),
-                ..GenerateOptions::greedy().max_tokens(max)
+                ..GenerateOptions::greedy()
+                    .max_tokens(max)
+                    .max_context(context)
             };
             let t = Instant::now();
             h.generate(PromptInput::Tokens(tokens), options, None)

@@ -714,9 +714,11 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
             let total = it.pos + span.len();
             let (kc, vc) = (&mut it.model.k[li], &mut it.model.v[li]);
             if kc.capacity() < total * kv {
+                // Exact growth with headroom: `reserve` would double the capacity, which at
+                // long contexts keeps up to half the cache unused.
                 let want = (total + 256) * kv;
-                kc.reserve(want - kc.len());
-                vc.reserve(want - vc.len());
+                kc.reserve_exact(want - kc.len());
+                vc.reserve_exact(want - vc.len());
             }
             kc.extend_from_slice(ks);
             vc.extend_from_slice(&v[span.start * kv..span.end * kv]);
