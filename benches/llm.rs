@@ -242,14 +242,13 @@ pub fn bench_blocking(
     let (mut prefill, mut ttft, mut decode, mut decode_after) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let runs = 3;
-    let rate = |n: usize, d: Duration| n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64();
     for _ in 0..runs {
         let (p, t, d) = engine.bench_forward(&prompt, gen_tokens)?;
-        prefill.push(rate(prompt.len(), p));
+        prefill.push(tok_per_s(prompt.len(), p));
         ttft.push(t.as_secs_f64() * 1e3);
-        decode_after.push(rate(gen_tokens, d));
+        decode_after.push(tok_per_s(gen_tokens, d));
         let (_, _, d) = engine.bench_forward(&prompt[..1], gen_tokens)?;
-        decode.push(rate(gen_tokens, d));
+        decode.push(tok_per_s(gen_tokens, d));
     }
     let concurrency = concurrency(&mut engine, &unit, gen_tokens)?;
     let agreement = match device {
@@ -288,22 +287,18 @@ pub fn bench_blocking(
 /// Sequence counts of the concurrency measurement.
 pub const CONCURRENCY: [usize; 4] = [1, 2, 4, 8];
 
-/// Aggregate decode speed at each of [`CONCURRENCY`]: that many 32-token prompts (different
-/// ones) prefilled together, then `gen_tokens` decode steps of all of them; median of three
-/// runs.
+/// Aggregate decode speed at each of [`CONCURRENCY`] ([`batch_decode_tok_s`]), median of
+/// three runs.
 fn concurrency(
     engine: &mut Engine,
     unit: &[u32],
     gen_tokens: usize,
 ) -> Result<Vec<ConcurrencyLevel>, LlmError> {
     let mut out: Vec<ConcurrencyLevel> = Vec::new();
-    let rate = |n: usize, d: Duration| n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64();
     for k in CONCURRENCY {
-        let prompts = concurrent_prompts(unit, k, 32);
         let mut rates = Vec::new();
         for _ in 0..3 {
-            let (_, d) = engine.bench_batch(&prompts, gen_tokens)?;
-            rates.push(rate(k * gen_tokens, d));
+            rates.push(batch_decode_tok_s(engine, unit, k, gen_tokens)?);
         }
         let decode_tok_s = median(rates);
         let one = out.first().map_or(decode_tok_s, |l| l.decode_tok_s);
@@ -316,11 +311,38 @@ fn concurrency(
     Ok(out)
 }
 
-/// `k` different prompts of `len` tokens for concurrent sequences: `unit` repeated, each
-/// starting three tokens further into it.
-pub fn concurrent_prompts(unit: &[u32], k: usize, len: usize) -> Vec<Vec<u32>> {
+/// Prompt length of each sequence in the concurrency measurements.
+pub const CONCURRENT_PROMPT: usize = 32;
+
+/// Tokens per second: `n` tokens in `d`.
+pub fn tok_per_s(n: usize, d: Duration) -> f64 {
+    n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64()
+}
+
+/// Aggregate decode tok/s of `k` different [`CONCURRENT_PROMPT`]-token prompts (`unit`
+/// repeated, each starting three tokens further into it) prefilled together, then decoded
+/// `gen` tokens each in batched steps ([`Engine::bench_batch`]); one run.
+pub fn batch_decode_tok_s(
+    engine: &mut Engine,
+    unit: &[u32],
+    k: usize,
+    gen: usize,
+) -> Result<f64, LlmError> {
+    let (_, d) = engine.bench_batch(&concurrent_prompts(unit, k), gen)?;
+    Ok(tok_per_s(k * gen, d))
+}
+
+/// The `k` prompts of [`batch_decode_tok_s`] (also what the peer is sent).
+pub fn concurrent_prompts(unit: &[u32], k: usize) -> Vec<Vec<u32>> {
     (0..k)
-        .map(|i| unit.iter().copied().cycle().skip(i * 3).take(len).collect())
+        .map(|i| {
+            unit.iter()
+                .copied()
+                .cycle()
+                .skip(i * 3)
+                .take(CONCURRENT_PROMPT)
+                .collect()
+        })
         .collect()
 }
 

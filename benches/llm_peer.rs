@@ -14,7 +14,10 @@
 //! llama-cpp-python sdist), found in `.peers/llama.cpp/bin` or through
 //! `FERROGRAPH_LLAMA_CPP_BIN`.
 
-use crate::llm::{concurrent_prompts, median, peak_rss_mib, set_threads, CONCURRENCY};
+use crate::llm::{
+    batch_decode_tok_s, concurrent_prompts, median, peak_rss_mib, set_threads, tok_per_s,
+    CONCURRENCY, CONCURRENT_PROMPT,
+};
 use ferrograph_llm::{Engine, LlmError, LoadOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -25,8 +28,6 @@ use std::time::{Duration, Instant};
 pub const PREFILL: [usize; 4] = [128, 512, 2048, 4096];
 /// Context lengths (depths) of the decode measurement.
 pub const DEPTHS: [usize; 3] = [0, 512, 2048];
-/// Prompt length of each sequence in the concurrency measurement.
-const CONCURRENT_PROMPT: usize = 32;
 
 /// tok/s at one shape.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -140,28 +141,25 @@ fn tool(name: &str) -> Result<PathBuf, LlmError> {
 /// Our figures for one round.
 fn ours_round(engine: &mut Engine, unit: &[u32], gen: usize) -> Result<Figures, LlmError> {
     let take = |n: usize| -> Vec<u32> { unit.iter().copied().cycle().take(n.max(1)).collect() };
-    let rate = |n: usize, d: Duration| n as f64 / d.max(Duration::from_nanos(1)).as_secs_f64();
     let mut f = Figures::default();
     for n in PREFILL {
         let (p, _, _) = engine.bench_forward(&take(n), 0)?;
         f.prefill.push(Point {
             at: n,
-            tok_s: rate(n, p),
+            tok_s: tok_per_s(n, p),
         });
     }
     for depth in DEPTHS {
         let (_, _, d) = engine.bench_forward(&take(depth), gen)?;
         f.decode.push(Point {
             at: depth,
-            tok_s: rate(gen, d),
+            tok_s: tok_per_s(gen, d),
         });
     }
     for k in CONCURRENCY {
-        let prompts = concurrent_prompts(unit, k, CONCURRENT_PROMPT);
-        let (_, d) = engine.bench_batch(&prompts, gen)?;
         f.concurrent.push(Point {
             at: k,
-            tok_s: rate(k * gen, d),
+            tok_s: batch_decode_tok_s(engine, unit, k, gen)?,
         });
     }
     f.peak_rss_mib = peak_rss_mib();
@@ -422,7 +420,7 @@ async fn llama_cpp_round(
     }
     f.peak_rss_mib = rss;
     for k in CONCURRENCY {
-        let prompts = concurrent_prompts(unit, k, CONCURRENT_PROMPT);
+        let prompts = concurrent_prompts(unit, k);
         f.concurrent.push(Point {
             at: k,
             tok_s: server_round(model, threads, &prompts, gen).await?,

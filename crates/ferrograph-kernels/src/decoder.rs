@@ -995,25 +995,26 @@ fn attention(
         let mut dst = results[ui].lock();
         let pos = s.pos;
         let last = pos + r0 + rows;
-        // Scores of the group's heads: `group` arrays of `last` keys.
+        // Scores of the group's heads: `group` arrays of `last` keys; per head, the largest
+        // score of the row and the softmax's normalizer.
         let mut scores = vec![0f32; group * last];
+        let (mut mx, mut inv) = (vec![0f32; group], vec![0f32; group]);
         for t in r0..r0 + rows {
             let n = pos + t + 1;
             let first = window.map_or(0, |w| n.saturating_sub(w));
             let row = s.rows.start + t;
             let qrow = &q[row * d..(row + 1) * d];
-            let mut mx = [f32::NEG_INFINITY; 16];
+            mx.fill(f32::NEG_INFINITY);
             for j in first..n {
                 let kr = &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd];
-                for (e, m) in mx.iter_mut().enumerate().take(group) {
+                for (e, m) in mx.iter_mut().enumerate() {
                     let h = g * group + e;
                     let sc = dot8(&qrow[h * hd..(h + 1) * hd], kr) * scale;
                     scores[e * last + j] = sc;
                     *m = m.max(sc);
                 }
             }
-            let mut inv = [0f32; 16];
-            for (e, iv) in inv.iter_mut().enumerate().take(group) {
+            for (e, iv) in inv.iter_mut().enumerate() {
                 let mut sum = 0f32;
                 for sc in scores[e * last + first..e * last + n].iter_mut() {
                     *sc = exp_approx(*sc - mx[e]);
@@ -1035,20 +1036,17 @@ fn attention(
         }
     };
     let pool = kernels::pool::global();
-    if group <= 16 && pairs >= ATTN_PARALLEL_MIN && units.len() > 1 && pool.threads() > 1 {
+    if pairs >= ATTN_PARALLEL_MIN && units.len() > 1 && pool.threads() > 1 {
         let n = pool.threads();
         pool.run(&|tid| {
             for ui in (tid..units.len()).step_by(n) {
                 one_unit(ui);
             }
         });
-    } else if group <= 16 {
+    } else {
         for ui in 0..units.len() {
             one_unit(ui);
         }
-    } else {
-        attention_per_head(cfg, q, seqs, window, out);
-        return;
     }
     for (&(si, g, r0, rows), res) in units.iter().zip(&results) {
         let res = res.lock();
@@ -1057,57 +1055,6 @@ fn attention(
             let row = s.rows.start + r0 + t;
             let at = row * d + g * group * hd;
             out[at..at + group * hd].copy_from_slice(&res[t * group * hd..(t + 1) * group * hd]);
-        }
-    }
-}
-
-/// [`attention`] one query head at a time, for models with more than 16 query heads per
-/// key/value head (the grouped version keeps its per-head state on the stack).
-fn attention_per_head(
-    cfg: &DecoderConfig,
-    q: &[f32],
-    seqs: &[AttnSeq<'_>],
-    window: Option<usize>,
-    out: &mut [f32],
-) {
-    let (hd, heads) = (cfg.head_dim, cfg.heads);
-    let kv = cfg.kv_dim();
-    let group = heads / cfg.kv_heads;
-    let d = cfg.q_dim();
-    let scale = cfg.attn_scale;
-    for s in seqs {
-        let t_n = s.rows.len();
-        let mut scores = vec![0f32; s.pos + t_n];
-        for h in 0..heads {
-            let g = h / group;
-            for t in 0..t_n {
-                let n = s.pos + t + 1;
-                let first = window.map_or(0, |w| n.saturating_sub(w));
-                let row = s.rows.start + t;
-                let qv = &q[row * d + h * hd..row * d + (h + 1) * hd];
-                let mut mx = f32::NEG_INFINITY;
-                for (j, sc) in scores[first..n].iter_mut().enumerate() {
-                    let j = first + j;
-                    *sc = dot8(qv, &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
-                    mx = mx.max(*sc);
-                }
-                let mut sum = 0f32;
-                for sc in scores[first..n].iter_mut() {
-                    *sc = exp_approx(*sc - mx);
-                    sum += *sc;
-                }
-                let inv = 1.0 / sum;
-                let o = &mut out[row * d + h * hd..row * d + (h + 1) * hd];
-                o.fill(0.0);
-                for (j, sc) in scores[first..n].iter().enumerate() {
-                    let j = first + j;
-                    let p = sc * inv;
-                    let vr = &s.vc[j * kv + g * hd..j * kv + (g + 1) * hd];
-                    for (a, b) in o.iter_mut().zip(vr) {
-                        *a += p * b;
-                    }
-                }
-            }
         }
     }
 }
@@ -1217,13 +1164,68 @@ mod tests {
             .collect()
     }
 
+    /// Attention one query head at a time, as it was computed before the grouped version:
+    /// the reference [`attention`] must equal bit for bit.
+    fn attention_per_head(
+        cfg: &DecoderConfig,
+        q: &[f32],
+        seqs: &[AttnSeq<'_>],
+        window: Option<usize>,
+        out: &mut [f32],
+    ) {
+        let (hd, heads) = (cfg.head_dim, cfg.heads);
+        let kv = cfg.kv_dim();
+        let group = heads / cfg.kv_heads;
+        let d = cfg.q_dim();
+        let scale = cfg.attn_scale;
+        for s in seqs {
+            let t_n = s.rows.len();
+            let mut scores = vec![0f32; s.pos + t_n];
+            for h in 0..heads {
+                let g = h / group;
+                for t in 0..t_n {
+                    let n = s.pos + t + 1;
+                    let first = window.map_or(0, |w| n.saturating_sub(w));
+                    let row = s.rows.start + t;
+                    let qv = &q[row * d + h * hd..row * d + (h + 1) * hd];
+                    let mut mx = f32::NEG_INFINITY;
+                    for (j, sc) in scores[first..n].iter_mut().enumerate() {
+                        let j = first + j;
+                        *sc = dot8(qv, &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
+                        mx = mx.max(*sc);
+                    }
+                    let mut sum = 0f32;
+                    for sc in scores[first..n].iter_mut() {
+                        *sc = exp_approx(*sc - mx);
+                        sum += *sc;
+                    }
+                    let inv = 1.0 / sum;
+                    let o = &mut out[row * d + h * hd..row * d + (h + 1) * hd];
+                    o.fill(0.0);
+                    for (j, sc) in scores[first..n].iter().enumerate() {
+                        let j = first + j;
+                        let p = sc * inv;
+                        let vr = &s.vc[j * kv + g * hd..j * kv + (g + 1) * hd];
+                        for (a, b) in o.iter_mut().zip(vr) {
+                            *a += p * b;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn grouped_attention_equals_attention_head_by_head_bit_for_bit() {
-        // Shapes: SmolLM2's (9 heads over 3), one head per kv head, and Gemma 3's (4 over
-        // 1) with a sliding window; sequences from prefill (many rows, several row blocks)
-        // to decode (one row deep in the cache), alone and together.
-        let cases: [(usize, usize, usize, Option<usize>); 3] =
-            [(9, 3, 64, None), (4, 4, 16, None), (4, 1, 32, Some(24))];
+        // Shapes: SmolLM2's (9 heads over 3), one head per kv head, Gemma 3's (4 over 1)
+        // with a sliding window, and 32 query heads over one; sequences from prefill (many
+        // rows, several row blocks) to decode (one row deep in the cache), alone and together.
+        let cases: [(usize, usize, usize, Option<usize>); 4] = [
+            (9, 3, 64, None),
+            (4, 4, 16, None),
+            (4, 1, 32, Some(24)),
+            (32, 1, 8, None),
+        ];
         for (ci, &(heads, kv_heads, hd, window)) in cases.iter().enumerate() {
             let cfg = test_config(heads, kv_heads, hd);
             let shapes: [(usize, usize); 4] = [(0, 70), (300, 1), (21, 7), (1500, 1)];

@@ -271,7 +271,13 @@ fn serve_jobs(
             if job.reply.is_closed() {
                 continue;
             }
-            match start(&mut engine, shared, &job) {
+            // Rendering and tokenizing the prompt run here: a panic there fails this
+            // request only, as one in a step fails that step's requests.
+            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                start(&mut engine, shared, &job)
+            }))
+            .unwrap_or_else(|_| Err(panicked()));
+            match started {
                 Ok(seq) => active.push(Active {
                     seq,
                     sink: PieceSink::new(job.pieces.clone()),
@@ -289,12 +295,15 @@ fn serve_jobs(
         }));
         if stepped.is_err() {
             for a in active.drain(..) {
-                let _ = a.job.reply.send(Err(LlmError::ActorStopped(
-                    "generation panicked; the request was dropped".into(),
-                )));
+                let _ = a.job.reply.send(Err(panicked()));
             }
         }
     }
+}
+
+/// The error of a request whose generation panicked.
+fn panicked() -> LlmError {
+    LlmError::ActorStopped("generation panicked; the request was dropped".into())
 }
 
 /// Advances every request in the batch by one forward pass, and answers those that ended.

@@ -587,7 +587,7 @@ impl Engine {
 
     /// The model with an empty KV cache: a clone of the base when it can be cloned, otherwise
     /// the base itself, lent out (the flag says so).
-    pub(crate) fn fresh_state(&mut self) -> Result<(Weights, usize, bool), LlmError> {
+    fn fresh_state(&mut self) -> Result<(Weights, usize, bool), LlmError> {
         let base = self
             .base
             .as_ref()
@@ -639,6 +639,20 @@ impl Engine {
         }
     }
 
+    /// A validation error naming the first token id outside the model's vocabulary.
+    pub(crate) fn check_vocabulary<'a>(
+        &self,
+        tokens: impl IntoIterator<Item = &'a u32>,
+    ) -> Result<(), LlmError> {
+        let vocab = self.shared.info.vocab_size;
+        match tokens.into_iter().find(|&&t| t as usize >= vocab) {
+            Some(bad) => Err(LlmError::Validation(format!(
+                "token id {bad} is outside the vocabulary ({vocab} tokens)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Forgets every cached prompt prefix (benchmarks start cold).
     pub(crate) fn forget_prefixes(&mut self) {
         self.prefixes.clear();
@@ -679,16 +693,7 @@ impl Engine {
                 self.shared.info.context_length
             )));
         }
-        let vocab = self.shared.info.vocab_size;
-        if let Some(bad) = prompt
-            .iter()
-            .chain(continuation)
-            .find(|&&t| t as usize >= vocab)
-        {
-            return Err(LlmError::Validation(format!(
-                "token id {bad} is outside the vocabulary ({vocab} tokens)"
-            )));
-        }
+        self.check_vocabulary(prompt.iter().chain(continuation))?;
         let (mut w, _, lent) = self.fresh_state()?;
         let rows = self.forced_rows(&mut w, prompt, continuation);
         self.give_back(w, lent);
@@ -731,7 +736,7 @@ impl Engine {
 
 /// The fewest tokens a cached conversation must share with a prompt to be rewound and
 /// reused (below this, copying its cache costs about what it saves).
-pub(crate) const MIN_SHARED_PREFIX: usize = 16;
+const MIN_SHARED_PREFIX: usize = 16;
 
 /// How many tokens `a` and `b` start with in common.
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {

@@ -34,7 +34,8 @@ pub(crate) struct Sequence {
     pub(crate) w: Weights,
     /// Whether `w` is the engine's base model, lent out (models that cannot be cloned).
     lent: bool,
-    prompt: Vec<u32>,
+    /// Prompt tokens: the start of `history`.
+    prompt_len: usize,
     /// Where a cacheable prefix (the system prompt) of the prompt ends.
     hint: Option<usize>,
     /// Prompt tokens served from the prefix cache.
@@ -49,6 +50,7 @@ pub(crate) struct Sequence {
     prefill_time: Duration,
     decode_start: Instant,
     sampler: Sampler,
+    /// The prompt, then every generated token (the repetition penalty reads it).
     history: Vec<u32>,
     detok: Detokenizer,
     stops: StopFilter,
@@ -82,7 +84,7 @@ impl Sequence {
                 if cancelled() {
                     return Ok(self.end(FinishReason::Cancelled));
                 }
-                let mut end = self.prompt.len();
+                let mut end = self.prompt_len;
                 if let Some(c) = chunk {
                     end = end.min(self.pos + c.max(1));
                 }
@@ -90,7 +92,7 @@ impl Sequence {
                     end = h;
                 }
                 self.feed.clear();
-                self.feed.extend_from_slice(&self.prompt[self.pos..end]);
+                self.feed.extend_from_slice(&self.history[self.pos..end]);
                 Ok(true)
             }
             Phase::Decode => self.decode_step(shared, on_piece, cancelled),
@@ -192,18 +194,13 @@ impl Engine {
                 prompt.len()
             )));
         }
-        let vocab = self.shared.info.vocab_size;
-        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
-            return Err(LlmError::Validation(format!(
-                "token id {bad} is outside the vocabulary ({vocab} tokens)"
-            )));
-        }
+        self.check_vocabulary(prompt)?;
         let constraint = crate::constrain::for_request(&self.shared, options)?;
         let (w, cached, lent) = self.start_state(prompt)?;
         Ok(Sequence {
             w,
             lent,
-            prompt: prompt.to_vec(),
+            prompt_len: prompt.len(),
             hint: prefix_hint,
             cached,
             pos: cached,
@@ -232,14 +229,14 @@ impl Engine {
         seq.pos += seq.feed.len();
         seq.logits = logits;
         match seq.phase {
-            Phase::Prefill if seq.pos < seq.prompt.len() => {
+            Phase::Prefill if seq.pos < seq.prompt_len => {
                 if seq.hint == Some(seq.pos) {
-                    self.remember(seq.prompt[..seq.pos].to_vec(), &seq.w);
+                    self.remember(seq.history[..seq.pos].to_vec(), &seq.w);
                 }
             }
             Phase::Prefill => {
                 seq.prefill_time = seq.started.elapsed();
-                self.remember(seq.prompt.clone(), &seq.w);
+                self.remember(seq.history.clone(), &seq.w);
                 seq.decode_start = Instant::now();
                 seq.phase = Phase::Decode;
                 // Tokens the output grammar forces before anything is sampled.
@@ -288,18 +285,17 @@ impl Engine {
         }
         // The cache now holds the prompt and every generated token but the last: a follow-up
         // turn that repeats this exchange starts from here.
-        let generated = &seq.generated;
-        if generated.len() > 1 && seq.finish != FinishReason::Cancelled {
-            let mut all = seq.prompt.clone();
-            all.extend_from_slice(&generated[..generated.len() - 1]);
+        // (`history` is the prompt followed by the generated tokens.)
+        if seq.generated.len() > 1 && seq.finish != FinishReason::Cancelled {
+            let all = &seq.history[..seq.history.len() - 1];
             if all.len() == seq.pos {
-                self.remember(all, &seq.w);
+                self.remember(all.to_vec(), &seq.w);
             }
         }
         let Sequence {
             w,
             lent,
-            prompt,
+            prompt_len,
             cached,
             started,
             prefill_time,
@@ -315,7 +311,7 @@ impl Engine {
         Ok(Generation {
             text: stops.into_text(),
             tokens: generated,
-            prompt_tokens: prompt.len(),
+            prompt_tokens: prompt_len,
             cached_prompt_tokens: cached,
             finish_reason: finish,
             prefill_time,
@@ -400,7 +396,7 @@ impl Engine {
     ) -> Result<(Duration, Duration), LlmError> {
         let start = Instant::now();
         for s in seqs.iter_mut() {
-            s.feed = s.prompt.clone();
+            s.feed = s.history.clone();
         }
         let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
         let mut logits = self.forward_many(&mut refs);
@@ -410,7 +406,7 @@ impl Engine {
             for (s, l) in refs.iter_mut().zip(&logits) {
                 let l = l.as_ref().map_err(|e| LlmError::Backend(e.to_string()))?;
                 if step == 0 {
-                    s.pos = s.prompt.len();
+                    s.pos = s.prompt_len;
                 } else {
                     s.pos += 1;
                 }
