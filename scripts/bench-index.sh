@@ -2,13 +2,14 @@
 # Retrieval benches side by side with their peers, on this machine's CPU:
 #   1. index: ferrograph-index (hnsw_rs) vs hnswlib vs exact search on the same generated
 #      vectors, M and ef_construction: build time, one-thread QPS and recall@10 per ef;
-#   2. embeddings: all-MiniLM-L6-v2 on candle vs sentence-transformers (torch CPU) on the same
-#      model files and sentences (this repository's source chunks): sentences/s.
+#   2. embeddings: all-MiniLM-L6-v2 on our kernels and on candle vs sentence-transformers (torch
+#      CPU) on the same model files and sentences (this repository's source chunks):
+#      sentences/s and how close the vectors are, in ROUNDS alternating rounds (default 2).
 # Sets up .venv-index (hnswlib, sentence-transformers, torch: bench-only, large) from
 # benches/peers/requirements-index.txt. Builds the CLI in release for the host CPU.
 #
 # Usage: scripts/bench-index.sh [index|embed|all]   (N=100000 DIM=128 QUERIES=1000 M=16
-#        EFC=200 EFS=16,32,64,128,256 SENTENCES=1000 BATCH=32 to change the sizes)
+#        EFC=200 EFS=16,32,64,128,256 SENTENCES=1000 BATCH=32 ROUNDS=2 to change the sizes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -65,18 +66,27 @@ for p in sorted(pathlib.Path("crates").rglob("*.rs")):
         break
 print("\n".join(out[:n]))
 PY
-    "$bin" index bench-embed --sentences "$out/sentences.txt" --batch "${BATCH:-32}" --runs 2 \
-        --vectors-out "$out/embed-ferrograph.f32" >"$out/embed-ferrograph.json"
-    "$venv/bin/python" benches/peers/embed_bench.py models/all-minilm-l6-v2 "$out/sentences.txt" \
-        "${BATCH:-32}" 2 "$out/embed-ferrograph.f32" >"$out/embed-st.json"
-    "$venv/bin/python" - "$out/embed-ferrograph.json" "$out/embed-st.json" <<'PY'
+    for round in $(seq 1 "${ROUNDS:-2}"); do
+        echo "embeddings: round $round" >&2
+        "$bin" index bench-embed --sentences "$out/sentences.txt" --batch "${BATCH:-32}" --runs 2 \
+            --vectors-out "$out/embed-ferrograph.f32" >"$out/embed-ferrograph.json"
+        "$venv/bin/python" benches/peers/embed_bench.py models/all-minilm-l6-v2 "$out/sentences.txt" \
+            "${BATCH:-32}" 2 "$out/embed-ferrograph.f32" >"$out/embed-st.json"
+        "$venv/bin/python" - "$out/embed-ferrograph.json" "$out/embed-st.json" "$round" <<'PY'
 import json, sys
-f = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
-print(f"\n### Embeddings: all-MiniLM-L6-v2, {f['sentences']} sentences, batch {f['batch_size']}\n")
-print("| engine | sentences/s | ratio |")
+f = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2])); r = f.get("reference")
+st = s["sentences_per_s"]
+print(f"\n### Embeddings: all-MiniLM-L6-v2, {f['sentences']} sentences, batch {f['batch_size']}, round {sys.argv[3]}\n")
+print("| engine | sentences/s | ratio to sentence-transformers |")
 print("|---|---:|---:|")
-print(f"| ferrograph (candle, CPU) | {f['sentences_per_s']:.1f} | {f['sentences_per_s']/s['sentences_per_s']:.2f} |")
-print(f"| sentence-transformers (torch {s['torch']}, {s['torch_threads']} threads) | {s['sentences_per_s']:.1f} | 1.00 |")
-print(f"\nvectors agree: cosine mean {s['cosine_vs_ferrograph_mean']:.6f}, min {s['cosine_vs_ferrograph_min']:.6f}")
+print(f"| ferrograph ({f['engine']}) | {f['sentences_per_s']:.1f} | {f['sentences_per_s']/st:.2f} |")
+if r:
+    print(f"| ferrograph ({r['engine']}, f32) | {r['sentences_per_s']:.1f} | {r['sentences_per_s']/st:.2f} |")
+print(f"| sentence-transformers (torch {s['torch']}, {s['torch_threads']} threads) | {st:.1f} | 1.00 |")
+print(f"\nvectors, ferrograph ({f['engine']}) against sentence-transformers: cosine mean "
+      f"{s['cosine_vs_ferrograph_mean']:.6f}, min {s['cosine_vs_ferrograph_min']:.6f}")
+if r:
+    print(f"against candle's f32 BERT: cosine mean {r['cosine_mean']:.6f}, min {r['cosine_min']:.6f}")
 PY
+    done
 fi

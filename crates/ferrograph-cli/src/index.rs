@@ -100,8 +100,10 @@ pub enum IndexCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Embedding bench: sentences/s of MiniLM on candle for the sentences of a file (one per
-    /// line); writes the vectors for benches/peers/embed_bench.py to compare.
+    /// Embedding bench: sentences/s of MiniLM on our kernels for the sentences of a file (one
+    /// per line), and on candle's `f32` BERT in alternating runs unless `--no-reference`, with
+    /// the cosine between the two; writes our vectors for benches/peers/embed_bench.py to
+    /// compare.
     BenchEmbed {
         /// Sentences, one per line.
         #[arg(long)]
@@ -115,6 +117,9 @@ pub enum IndexCommand {
         /// Write the vectors here (f32 rows).
         #[arg(long)]
         vectors_out: Option<PathBuf>,
+        /// Skip candle's reference pass.
+        #[arg(long)]
+        no_reference: bool,
     },
 }
 
@@ -360,6 +365,7 @@ pub async fn run(cmd: IndexCommand, data_dir: &Path) -> Result<ExitCode> {
             batch,
             runs,
             vectors_out,
+            no_reference,
         } => {
             let text = std::fs::read_to_string(&sentences)
                 .with_context(|| format!("reading {}", sentences.display()))?;
@@ -370,8 +376,23 @@ pub async fn run(cmd: IndexCommand, data_dir: &Path) -> Result<ExitCode> {
                 .collect();
             let report = blocking(move || {
                 let e = load_embedder(DEFAULT_EMBEDDING_MODEL, None, batch)?;
+                let reference = if no_reference {
+                    None
+                } else {
+                    Some(BertEmbedder::from_manifest(
+                        DEFAULT_EMBEDDING_MODEL,
+                        EmbedOptions {
+                            batch_size: batch,
+                            kernels: ferrograph_index::Kernels::Candle,
+                            ..e.options()
+                        },
+                    )?)
+                };
                 Ok(embed_bench(
-                    &e,
+                    (e.backend_name(), &e),
+                    reference
+                        .as_ref()
+                        .map(|r| (r.backend_name(), r as &dyn Embedder)),
                     &lines,
                     batch,
                     runs,

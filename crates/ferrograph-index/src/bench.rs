@@ -294,6 +294,8 @@ pub fn ann_bench(opts: &AnnBenchOptions, out: &Path) -> Result<AnnBenchReport> {
 pub struct EmbedBenchReport {
     /// Model id.
     pub model: String,
+    /// Which forward pass was measured (`kernels` or `candle`).
+    pub engine: String,
     /// Sentences embedded.
     pub sentences: usize,
     /// Batch size.
@@ -302,35 +304,82 @@ pub struct EmbedBenchReport {
     pub seconds: f64,
     /// Sentences per second.
     pub sentences_per_s: f64,
+    /// The reference forward pass, measured in the same runs (alternating), when asked for.
+    pub reference: Option<EmbedReference>,
 }
 
-/// Embeds `sentences` `runs` times (after one warm-up batch) and reports the best run; writes
-/// the vectors to `vectors_out` (f32 little-endian rows) when given, so the peer can compare.
+/// The reference engine's figures in [`EmbedBenchReport`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EmbedReference {
+    /// Which forward pass.
+    pub engine: String,
+    /// Seconds (best of the runs).
+    pub seconds: f64,
+    /// Sentences per second.
+    pub sentences_per_s: f64,
+    /// Mean cosine between the two engines' vectors of each sentence.
+    pub cosine_mean: f64,
+    /// Smallest such cosine.
+    pub cosine_min: f64,
+}
+
+/// Embeds `sentences` `runs` times (after one warm-up batch) with `embedder` and, in
+/// alternating runs, with `reference` when given, and reports the best run of each and how
+/// close their vectors are; writes `embedder`'s vectors to `vectors_out` (f32 little-endian
+/// rows) when given, so the peer can compare.
 pub fn embed_bench(
-    embedder: &dyn Embedder,
+    embedder: (&str, &dyn Embedder),
+    reference: Option<(&str, &dyn Embedder)>,
     sentences: &[String],
     batch_size: usize,
     runs: usize,
     vectors_out: Option<&Path>,
 ) -> Result<EmbedBenchReport> {
     let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
-    embedder.embed(&refs[..refs.len().min(8)])?;
-    let mut best = f64::INFINITY;
-    let mut vectors = Vec::new();
-    for _ in 0..runs.max(1) {
+    let time = |e: &dyn Embedder| -> Result<(f64, Vec<Vec<f32>>)> {
         let t = Instant::now();
-        vectors = embedder.embed(&refs)?;
-        best = best.min(t.elapsed().as_secs_f64());
+        let v = e.embed(&refs)?;
+        Ok((t.elapsed().as_secs_f64(), v))
+    };
+    embedder.1.embed(&refs[..refs.len().min(8)])?;
+    if let Some((_, r)) = reference {
+        r.embed(&refs[..refs.len().min(8)])?;
+    }
+    let (mut best, mut best_ref) = (f64::INFINITY, f64::INFINITY);
+    let (mut vectors, mut ref_vectors) = (Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        let (s, v) = time(embedder.1)?;
+        (best, vectors) = (best.min(s), v);
+        if let Some((_, r)) = reference {
+            let (s, v) = time(r)?;
+            (best_ref, ref_vectors) = (best_ref.min(s), v);
+        }
     }
     if let Some(p) = vectors_out {
         write_f32(p, &vectors)?;
     }
+    let reference = reference.map(|(name, _)| {
+        let cos: Vec<f64> = vectors
+            .iter()
+            .zip(&ref_vectors)
+            .map(|(a, b)| f64::from(dot(a, b)))
+            .collect();
+        EmbedReference {
+            engine: name.to_string(),
+            seconds: best_ref,
+            sentences_per_s: sentences.len() as f64 / best_ref,
+            cosine_mean: cos.iter().sum::<f64>() / cos.len().max(1) as f64,
+            cosine_min: cos.iter().copied().fold(f64::INFINITY, f64::min),
+        }
+    });
     Ok(EmbedBenchReport {
-        model: embedder.model_id().to_string(),
+        model: embedder.1.model_id().to_string(),
+        engine: embedder.0.to_string(),
         sentences: sentences.len(),
         batch_size,
         seconds: best,
         sentences_per_s: sentences.len() as f64 / best,
+        reference,
     })
 }
 

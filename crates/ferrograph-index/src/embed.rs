@@ -1,16 +1,21 @@
 //! Sentence embeddings.
 //!
-//! [`BertEmbedder`] runs a BERT sentence-transformer (all-MiniLM-L6-v2 by default) with
-//! candle: texts are tokenized (truncated to `max_tokens`), sorted by length and batched so
-//! each batch pads only to its own longest text, mean-pooled over the attention mask and
-//! L2-normalized — the same vectors sentence-transformers produces. [`HashEmbedder`] is a
-//! model-free stand-in for tests; [`CountingEmbedder`] counts calls.
+//! [`BertEmbedder`] runs a BERT sentence-transformer (all-MiniLM-L6-v2 by default): texts are
+//! tokenized (truncated to `max_tokens`), sorted by length and batched, mean-pooled over their
+//! tokens and L2-normalized — the same vectors sentence-transformers produces. On the CPU it
+//! runs on our kernels ([`ferrograph_kernels::encoder`]: 8-bit matrix products, sequences
+//! stacked without padding); candle's `f32` BERT is the reference path
+//! (`FERROGRAPH_KERNELS=candle` or [`EmbedOptions::kernels`]) and the one for CUDA and Metal,
+//! where each batch pads to its own longest text. [`HashEmbedder`] is a model-free stand-in
+//! for tests; [`CountingEmbedder`] counts calls.
 
 use crate::distance::normalize;
 use crate::error::{IndexError, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
+use ferrograph_kernels::encoder::{EncoderActivation, EncoderConfig, EncoderModel};
+use ferrograph_kernels::Kernels;
 use ferrograph_models::DeviceKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,6 +58,9 @@ pub struct EmbedOptions {
     pub batch_size: usize,
     /// Tokens kept per text (MiniLM was trained on 256).
     pub max_tokens: usize,
+    /// Which forward pass: our kernels on the CPU unless `FERROGRAPH_KERNELS=candle`
+    /// (`Auto`), candle's (`Candle`), or ours, failing when they cannot run it (`Fast`).
+    pub kernels: Kernels,
 }
 
 impl Default for EmbedOptions {
@@ -61,15 +69,23 @@ impl Default for EmbedOptions {
             device: DeviceKind::Cpu,
             batch_size: 32,
             max_tokens: 256,
+            kernels: Kernels::Auto,
         }
     }
 }
 
-/// A BERT sentence-embedding model on candle.
+/// The forward pass a [`BertEmbedder`] runs.
+enum Backend {
+    /// Our kernels, on the CPU.
+    Kernels(EncoderModel),
+    /// candle's `f32` BERT.
+    Candle { model: BertModel, device: Device },
+}
+
+/// A BERT sentence-embedding model.
 pub struct BertEmbedder {
-    model: BertModel,
+    backend: Backend,
     tokenizer: Tokenizer,
-    device: Device,
     dim: usize,
     model_id: String,
     options: EmbedOptions,
@@ -83,6 +99,7 @@ impl std::fmt::Debug for BertEmbedder {
             .field("dir", &self.dir)
             .field("dim", &self.dim)
             .field("options", &self.options)
+            .field("backend", &self.backend_name())
             .finish_non_exhaustive()
     }
 }
@@ -129,20 +146,37 @@ impl BertEmbedder {
                 weights.display()
             )));
         }
-        let dev = device(options.device)?;
         // Reading (not mapping) the weights keeps this crate free of unsafe code.
         let bytes = std::fs::read(&weights).map_err(|e| IndexError::io(&weights, e))?;
-        let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &dev)
-            .map_err(IndexError::embedding)?;
-        let model = BertModel::load(vb, &config).map_err(IndexError::embedding)?;
+        let backend = match options.kernels.resolve() {
+            Kernels::Candle => candle_backend(bytes, &config, options.device)?,
+            Kernels::Fast => {
+                if options.device != DeviceKind::Cpu {
+                    return Err(IndexError::Embedding(format!(
+                        "our kernels run on the CPU, not {:?}; use candle's path there",
+                        options.device
+                    )));
+                }
+                Backend::Kernels(kernels_backend(&bytes, &text, &cfg_path)?)
+            }
+            _ if options.device != DeviceKind::Cpu => {
+                candle_backend(bytes, &config, options.device)?
+            }
+            _ => match encoder_config(&text) {
+                Ok(_) => Backend::Kernels(kernels_backend(&bytes, &text, &cfg_path)?),
+                Err(why) => {
+                    tracing::info!(model = %dir.display(), %why, "our kernels cannot run this encoder; using candle's");
+                    candle_backend(bytes, &config, options.device)?
+                }
+            },
+        };
         let model_id = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "bert".into());
         Ok(BertEmbedder {
-            model,
+            backend,
             tokenizer,
-            device: dev,
             dim: config.hidden_size,
             model_id,
             options: EmbedOptions {
@@ -182,40 +216,138 @@ impl BertEmbedder {
         self.options
     }
 
-    fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let b = batch.len();
-        let len = batch.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
-        let mut ids = vec![0u32; b * len];
-        let mut mask = vec![0u32; b * len];
-        for (i, t) in batch.iter().enumerate() {
-            ids[i * len..i * len + t.len()].copy_from_slice(t);
-            mask[i * len..i * len + t.len()]
-                .iter_mut()
-                .for_each(|m| *m = 1);
+    /// Which forward pass runs: `kernels` (ours) or `candle`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Kernels(_) => "kernels",
+            Backend::Candle { .. } => "candle",
         }
-        let e = IndexError::embedding;
-        let ids = Tensor::from_vec(ids, (b, len), &self.device).map_err(e)?;
-        let mask = Tensor::from_vec(mask, (b, len), &self.device).map_err(e)?;
-        let types = ids.zeros_like().map_err(e)?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask)).map_err(e)?;
-        let maskf = mask
-            .to_dtype(DType::F32)
-            .map_err(e)?
-            .unsqueeze(2)
-            .map_err(e)?;
-        let summed = hidden.broadcast_mul(&maskf).map_err(e)?.sum(1).map_err(e)?;
-        let counts = maskf
-            .sum(1)
-            .map_err(e)?
-            .clamp(1e-9f32, f32::MAX)
-            .map_err(e)?;
-        let mean = summed.broadcast_div(&counts).map_err(e)?;
-        let mut out: Vec<Vec<f32>> = mean.to_vec2::<f32>().map_err(e)?;
+    }
+
+    /// Our encoder, when it is the one running.
+    pub fn encoder(&self) -> Option<&EncoderModel> {
+        match &self.backend {
+            Backend::Kernels(model) => Some(model),
+            Backend::Candle { .. } => None,
+        }
+    }
+
+    /// Mean-pooled, normalized vectors of one batch of token sequences.
+    fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let mut out = match &self.backend {
+            Backend::Kernels(model) => model.mean_pooled(batch).map_err(IndexError::embedding)?,
+            Backend::Candle { model, device } => candle_forward(model, device, batch)?,
+        };
         for v in &mut out {
             normalize(v);
         }
         Ok(out)
     }
+}
+
+/// The shape our encoder needs from a Hugging Face `config.json`, or why it cannot run it.
+fn encoder_config(text: &str) -> std::result::Result<EncoderConfig, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let n = |key: &str| {
+        v.get(key)
+            .and_then(serde_json::Value::as_u64)
+            .map(|n| n as usize)
+            .ok_or_else(|| format!("`{key}` is missing"))
+    };
+    let act = v
+        .get("hidden_act")
+        .and_then(|a| a.as_str())
+        .unwrap_or("gelu");
+    let activation =
+        EncoderActivation::from_hf(act).ok_or_else(|| format!("activation `{act}`"))?;
+    let positions = v
+        .get("position_embedding_type")
+        .and_then(|a| a.as_str())
+        .unwrap_or("absolute");
+    if positions != "absolute" {
+        return Err(format!("position embeddings `{positions}`"));
+    }
+    Ok(EncoderConfig {
+        hidden: n("hidden_size")?,
+        heads: n("num_attention_heads")?,
+        layers: n("num_hidden_layers")?,
+        intermediate: n("intermediate_size")?,
+        vocab: n("vocab_size")?,
+        max_positions: n("max_position_embeddings")?,
+        eps: v
+            .get("layer_norm_eps")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(1e-12) as f32,
+        activation,
+    })
+}
+
+/// Our encoder from the safetensors `bytes` and `config.json`'s `text`.
+fn kernels_backend(bytes: &[u8], text: &str, cfg_path: &Path) -> Result<EncoderModel> {
+    let cfg = encoder_config(text).map_err(|why| {
+        IndexError::Embedding(format!(
+            "{}: our kernels cannot run this encoder ({why})",
+            cfg_path.display()
+        ))
+    })?;
+    let tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu)
+        .map_err(IndexError::embedding)?;
+    let mut tensor = |name: &str| {
+        let t = tensors
+            .get(name)
+            .or_else(|| tensors.get(&format!("bert.{name}")))
+            .ok_or_else(|| {
+                ferrograph_kernels::KernelError::Malformed(format!("tensor {name} is missing"))
+            })?;
+        let values = t
+            .to_dtype(DType::F32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| ferrograph_kernels::KernelError::Malformed(format!("{name}: {e}")))?;
+        Ok((t.dims().to_vec(), values))
+    };
+    EncoderModel::load(cfg, &mut tensor).map_err(IndexError::embedding)
+}
+
+/// candle's BERT from the safetensors `bytes` on `device`.
+fn candle_backend(bytes: Vec<u8>, config: &Config, device: DeviceKind) -> Result<Backend> {
+    let dev = self::device(device)?;
+    let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &dev)
+        .map_err(IndexError::embedding)?;
+    let model = BertModel::load(vb, config).map_err(IndexError::embedding)?;
+    Ok(Backend::Candle { model, device: dev })
+}
+
+/// Mean-pooled vectors of one batch on candle: padded to the longest sequence, masked.
+fn candle_forward(model: &BertModel, device: &Device, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+    let b = batch.len();
+    let len = batch.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
+    let mut ids = vec![0u32; b * len];
+    let mut mask = vec![0u32; b * len];
+    for (i, t) in batch.iter().enumerate() {
+        ids[i * len..i * len + t.len()].copy_from_slice(t);
+        mask[i * len..i * len + t.len()]
+            .iter_mut()
+            .for_each(|m| *m = 1);
+    }
+    let e = IndexError::embedding;
+    let ids = Tensor::from_vec(ids, (b, len), device).map_err(e)?;
+    let mask = Tensor::from_vec(mask, (b, len), device).map_err(e)?;
+    let types = ids.zeros_like().map_err(e)?;
+    let hidden = model.forward(&ids, &types, Some(&mask)).map_err(e)?;
+    let maskf = mask
+        .to_dtype(DType::F32)
+        .map_err(e)?
+        .unsqueeze(2)
+        .map_err(e)?;
+    let summed = hidden.broadcast_mul(&maskf).map_err(e)?.sum(1).map_err(e)?;
+    let counts = maskf
+        .sum(1)
+        .map_err(e)?
+        .clamp(1e-9f32, f32::MAX)
+        .map_err(e)?;
+    let mean = summed.broadcast_div(&counts).map_err(e)?;
+    mean.to_vec2::<f32>().map_err(e)
 }
 
 impl Embedder for BertEmbedder {

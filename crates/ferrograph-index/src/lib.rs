@@ -50,6 +50,8 @@ pub use embed::{
     BertEmbedder, CountingEmbedder, EmbedOptions, Embedder, HashEmbedder, DEFAULT_EMBEDDING_MODEL,
 };
 pub use error::{IndexError, Result};
+/// Which forward pass runs a model ([`EmbedOptions::kernels`]).
+pub use ferrograph_kernels::Kernels;
 pub use index::{
     is_index, CommitReport, GraphSource, HnswParams, Index, IndexConfig, IndexStats, SearchOptions,
     LOCK_WAIT,

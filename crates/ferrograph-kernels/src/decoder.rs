@@ -15,6 +15,7 @@
 //! prompt prefix snapshots stay cheap and independent.
 
 use crate as kernels;
+use crate::ops::{add, add_rows, dot8, exp_approx};
 use crate::{GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
 use parking_lot::Mutex;
@@ -807,47 +808,6 @@ impl RopeTable {
     }
 }
 
-fn add(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
-
-/// Adds `bias` to every row of `x`.
-fn add_rows(x: &mut [f32], bias: &[f32]) {
-    for row in x.chunks_exact_mut(bias.len()) {
-        add(row, bias);
-    }
-}
-
-/// e^x without a libm call, so that loops over slices vectorize: `x = n ln 2 + r` with
-/// `|r| <= ln 2 / 2`, a degree-6 Taylor polynomial for e^r (relative error below 2e-7) and
-/// 2^n written into the exponent bits. Inputs are clamped to [-87, 88], so results stay
-/// normal and finite; NaN stays NaN.
-#[inline(always)]
-fn exp_approx(x: f32) -> f32 {
-    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
-    const SHIFT: f32 = 12_582_912.0;
-    // ln 2 in two parts, the first exact in few bits so that `n * LN2_HI` is exact.
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
-    let shifted = x * std::f32::consts::LOG2_E + SHIFT;
-    let n = shifted - SHIFT;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    // n + 127 in the exponent field: 2^n.
-    let two_n = (shifted
-        .to_bits()
-        .wrapping_sub(SHIFT.to_bits())
-        .wrapping_add(127))
-        << 23;
-    p * f32::from_bits(two_n)
-}
-
 /// GELU, tanh approximation (as Gemma and llama.cpp compute it), written as
 /// `x * sigmoid(2u)` (equal to `0.5 x (1 + tanh u)`) with [`exp_approx`].
 #[inline(always)]
@@ -861,23 +821,6 @@ fn gelu_tanh(x: f32) -> f32 {
 #[inline(always)]
 fn silu(x: f32) -> f32 {
     x / (1.0 + exp_approx(-x))
-}
-
-/// Sum of squares with eight independent lanes (vectorizes without reassociation).
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
 }
 
 /// RMSNorm of every `w.len()`-wide chunk of `x` into `out`.

@@ -1,7 +1,9 @@
 //! ferrograph's CPU inference kernels: quantized matrix products with SIMD chosen at run
-//! time, the thread pool that runs them, and the forward pass of llama-style decoder models
-//! built on them ([`decoder`]). This crate holds all of the workspace's SIMD and `unsafe`
-//! code; the inference engine (`ferrograph-llm`) uses it through [`decoder::DecoderModel`].
+//! time, the thread pool that runs them, and the forward passes built on them: llama-style
+//! decoder models ([`decoder`]) and BERT sentence encoders ([`encoder`]). This crate holds
+//! all of the workspace's SIMD and `unsafe` code; the inference engine (`ferrograph-llm`)
+//! uses it through [`decoder::DecoderModel`], retrieval (`ferrograph-index`) through
+//! [`encoder::EncoderModel`].
 //!
 //!
 //! Weights are repacked at load time from their GGUF block types into a few internal layouts
@@ -38,10 +40,15 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod decoder;
+pub mod encoder;
 pub mod gguf_meta;
+mod ops;
 pub mod pool;
 mod scalar;
 pub mod vector;
+pub mod wide;
+
+pub use decoder::Kernels;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -63,6 +70,10 @@ pub enum KernelError {
     /// The tensor's bytes could not be read.
     #[error("cannot read the tensor: {0}")]
     Read(#[source] std::io::Error),
+    /// An input the model cannot take (a token outside its vocabulary, a sequence longer
+    /// than its positions).
+    #[error("invalid input: {0}")]
+    Input(String),
 }
 
 /// GGUF block types that can be read.

@@ -411,3 +411,157 @@ x8_kernels!(
     true,
     _mm256_dpbusd_epi32
 );
+
+/// The [`crate::wide`] kernels: 12-bit weights times 16-bit activations, eight rows of a group
+/// per 256-bit register, with `vpdpwssd` (AVX-512 VNNI) or `vpmaddwd` (AVX2).
+macro_rules! wide_kernels {
+    ($name:ident, $features:literal, $vnni:expr) => {
+        pub(crate) mod $name {
+            use crate::wide::WideTile;
+            use crate::QK;
+            use std::arch::x86_64::*;
+
+            /// Group `(d, q)` (eight rows) times the tile's rows (1 to 4), into `out[8 * t +
+            /// lane]`: the same sums and multiply-adds as `wide::dot_group_scalar`.
+            ///
+            /// # Safety
+            /// The CPU must support `$features`.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn dot_group(d: &[f32], q: &[i16], x: &WideTile<'_>, out: &mut [f32]) {
+                // SAFETY: the caller guarantees `$features`; `tile` checks the bounds it reads.
+                unsafe { by_tokens!(out.len() / 8, NT => tile::<NT>(d, q, x, out)) }
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn tile<const NT: usize>(d: &[f32], q: &[i16], x: &WideTile<'_>, out: &mut [f32]) {
+                let nb = x.nb;
+                // Every pointer access below is within these bounds.
+                assert!(d.len() == 8 * nb && q.len() == 256 * nb && out.len() >= 8 * NT);
+                assert!(x.q.len() >= NT * nb * QK && x.d.len() >= NT * nb);
+                // SAFETY: the caller guarantees `$features`; the asserts above bound every read.
+                unsafe {
+                    let mut acc = [_mm256_setzero_ps(); NT];
+                    let (wq, xq) = (q.as_ptr(), x.q.as_ptr());
+                    for b in 0..nb {
+                        // Two sums per token (even and odd chunks), so that eight chains of
+                        // multiply-adds run at once instead of four; integer sums are exact
+                        // in any order.
+                        let mut isum = [[_mm256_setzero_si256(); NT]; 2];
+                        for c in 0..16 {
+                            // SAFETY (reads): 256 quants per block; unaligned loads accept any
+                            // address; two activation quants per chunk and token.
+                            let wv = _mm256_loadu_si256(wq.add(256 * b + 16 * c) as *const __m256i);
+                            let s = &mut isum[c % 2];
+                            for t in 0..NT {
+                                let y = (xq.add((t * nb + b) * QK + 2 * c) as *const i32).read_unaligned();
+                                let yv = _mm256_set1_epi32(y);
+                                s[t] = if $vnni {
+                                    _mm256_dpwssd_epi32(s[t], wv, yv)
+                                } else {
+                                    _mm256_add_epi32(s[t], _mm256_madd_epi16(wv, yv))
+                                };
+                            }
+                        }
+                        let [even, odd] = isum;
+                        let mut isum = even;
+                        for t in 0..NT {
+                            isum[t] = _mm256_add_epi32(isum[t], odd[t]);
+                        }
+                        let dv = _mm256_loadu_ps(d.as_ptr().add(8 * b));
+                        for t in 0..NT {
+                            let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
+                            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
+                        }
+                    }
+                    for t in 0..NT {
+                        _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                    }
+                }
+            }
+        }
+    };
+}
+
+wide_kernels!(wide_avx2, "avx2,fma", false);
+wide_kernels!(wide_avx512_vnni, "avx2,fma,avx512vnni,avx512vl", true);
+
+/// The encoder's attention blocks ([`crate::encoder`]) with AVX2 and FMA: the same fused
+/// multiply-adds in the same order as the scalar versions there.
+pub(crate) mod attn_avx2 {
+    use std::arch::x86_64::*;
+
+    /// Scores of four query rows (`qs`, four rows of `hd`) against keys `j0..j0 + 16` of the
+    /// transposed keys `kt` (`hd` rows of `padded`): `out[r][l] = sum_d qs[r][d] * kt[d][j0 +
+    /// l]`, summed in `d` order with fused multiply-adds.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn scores(
+        qs: &[f32],
+        kt: &[f32],
+        padded: usize,
+        j0: usize,
+        hd: usize,
+    ) -> [[f32; 16]; 4] {
+        assert!(qs.len() >= 4 * hd && j0 + 16 <= padded && kt.len() >= hd * padded);
+        let mut out = [[0f32; 16]; 4];
+        // SAFETY: AVX2 and FMA are present (the caller's contract); the assert above bounds
+        // every read: `d < hd`, `j0 + 16 <= padded`, `r * hd + d < 4 * hd`.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for d in 0..hd {
+                let k = kt.as_ptr().add(d * padded + j0);
+                let (k0, k1) = (_mm256_loadu_ps(k), _mm256_loadu_ps(k.add(8)));
+                for r in 0..4 {
+                    let q = _mm256_set1_ps(*qs.get_unchecked(r * hd + d));
+                    acc[r][0] = _mm256_fmadd_ps(q, k0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(q, k1, acc[r][1]);
+                }
+            }
+            for r in 0..4 {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r][0]);
+                _mm256_storeu_ps(out[r].as_mut_ptr().add(8), acc[r][1]);
+            }
+        }
+        out
+    }
+
+    /// Four query rows' weighted sums of the values `v` (rows of `vw`), dimensions `d0..d0 +
+    /// 16`, over keys `0..n` in order: `out[r][l] = sum_j probs[j][r] * v[j][d0 + l]` (`probs`
+    /// holds four probabilities per key), with fused multiply-adds.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn weighted_values(
+        probs: &[f32],
+        v: &[f32],
+        vw: usize,
+        d0: usize,
+        n: usize,
+    ) -> [[f32; 16]; 4] {
+        assert!(probs.len() >= 4 * n && d0 + 16 <= vw && v.len() >= n * vw);
+        let mut out = [[0f32; 16]; 4];
+        // SAFETY: AVX2 and FMA are present (the caller's contract); the assert above bounds
+        // every read: `j < n`, `d0 + 16 <= vw`, `4 * j + r < 4 * n`.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for j in 0..n {
+                let vr = v.as_ptr().add(j * vw + d0);
+                let (v0, v1) = (_mm256_loadu_ps(vr), _mm256_loadu_ps(vr.add(8)));
+                for r in 0..4 {
+                    let p = _mm256_set1_ps(*probs.get_unchecked(4 * j + r));
+                    acc[r][0] = _mm256_fmadd_ps(p, v0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(p, v1, acc[r][1]);
+                }
+            }
+            for r in 0..4 {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r][0]);
+                _mm256_storeu_ps(out[r].as_mut_ptr().add(8), acc[r][1]);
+            }
+        }
+        out
+    }
+}
