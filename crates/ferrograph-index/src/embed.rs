@@ -3,8 +3,8 @@
 //! [`BertEmbedder`] runs a BERT sentence-transformer (all-MiniLM-L6-v2 by default): texts are
 //! tokenized (truncated to `max_tokens`), sorted by length and batched, mean-pooled over their
 //! tokens and L2-normalized — the same vectors sentence-transformers produces. On the CPU it
-//! runs on our kernels ([`ferrograph_kernels::encoder`]: 8-bit matrix products, sequences
-//! stacked without padding); candle's `f32` BERT is the reference path
+//! runs on our kernels ([`ferrograph_kernels::encoder`]: 12-bit weights times 16-bit
+//! activations, sequences stacked without padding); candle's `f32` BERT is the reference path
 //! (`FERROGRAPH_KERNELS=candle` or [`EmbedOptions::kernels`]) and the one for CUDA and Metal,
 //! where each batch pads to its own longest text. [`HashEmbedder`] is a model-free stand-in
 //! for tests; [`CountingEmbedder`] counts calls.
@@ -58,8 +58,10 @@ pub struct EmbedOptions {
     pub batch_size: usize,
     /// Tokens kept per text (MiniLM was trained on 256).
     pub max_tokens: usize,
-    /// Which forward pass: our kernels on the CPU unless `FERROGRAPH_KERNELS=candle`
-    /// (`Auto`), candle's (`Candle`), or ours, failing when they cannot run it (`Fast`).
+    /// Which forward pass. `Auto`: our kernels on a CPU with SIMD kernels for an encoder they
+    /// support, candle's elsewhere, `FERROGRAPH_KERNELS=candle` forcing candle's and
+    /// `FERROGRAPH_KERNELS=fast` ours wherever they run. `Candle`: candle's `f32` BERT.
+    /// `Fast`: ours, failing when they cannot run the model or the device is not the CPU.
     pub kernels: Kernels,
 }
 
@@ -131,7 +133,10 @@ impl BertEmbedder {
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&tok_path)
             .map_err(|e| IndexError::Embedding(format!("{}: {e}", tok_path.display())))?;
-        let max_tokens = options.max_tokens.clamp(8, config.max_position_embeddings);
+        let max_tokens = options
+            .max_tokens
+            .max(8)
+            .min(config.max_position_embeddings.max(1));
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -148,22 +153,29 @@ impl BertEmbedder {
         }
         // Reading (not mapping) the weights keeps this crate free of unsafe code.
         let bytes = std::fs::read(&weights).map_err(|e| IndexError::io(&weights, e))?;
-        let backend = match options.kernels.resolve() {
+        // `FERROGRAPH_KERNELS=fast` from the environment asks for our kernels where they run;
+        // only an explicit `Kernels::Fast` makes it an error on a GPU.
+        let resolved = options.kernels.resolve();
+        let on_cpu = options.device == DeviceKind::Cpu;
+        let backend = match resolved {
             Kernels::Candle => candle_backend(bytes, &config, options.device)?,
-            Kernels::Fast => {
-                if options.device != DeviceKind::Cpu {
+            Kernels::Fast if options.kernels == Kernels::Fast || on_cpu => {
+                if !on_cpu {
                     return Err(IndexError::Embedding(format!(
                         "our kernels run on the CPU, not {:?}; use candle's path there",
                         options.device
                     )));
                 }
-                Backend::Kernels(kernels_backend(&bytes, &text, &cfg_path)?)
+                Backend::Kernels(kernels_backend(&bytes, &text, &weights)?)
             }
-            _ if options.device != DeviceKind::Cpu => {
+            _ if !on_cpu => candle_backend(bytes, &config, options.device)?,
+            // Without SIMD our encoder's products run a scalar loop: candle's is faster.
+            _ if ferrograph_kernels::detected_isa() == ferrograph_kernels::Isa::Scalar => {
+                tracing::info!("no SIMD kernels on this CPU; embedding with candle's path");
                 candle_backend(bytes, &config, options.device)?
             }
-            _ => match encoder_config(&text) {
-                Ok(_) => Backend::Kernels(kernels_backend(&bytes, &text, &cfg_path)?),
+            _ => match kernels_backend(&bytes, &text, &weights) {
+                Ok(model) => Backend::Kernels(model),
                 Err(why) => {
                     tracing::info!(model = %dir.display(), %why, "our kernels cannot run this encoder; using candle's");
                     candle_backend(bytes, &config, options.device)?
@@ -235,7 +247,28 @@ impl BertEmbedder {
     /// Mean-pooled, normalized vectors of one batch of token sequences.
     fn forward(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let mut out = match &self.backend {
-            Backend::Kernels(model) => model.mean_pooled(batch).map_err(IndexError::embedding)?,
+            Backend::Kernels(model) => {
+                // A text with no tokens (a tokenizer without special tokens) pools to the zero
+                // vector, as on candle's path.
+                let full: Vec<&[u32]> = batch.iter().copied().filter(|t| !t.is_empty()).collect();
+                let mut pooled = model
+                    .mean_pooled(&full)
+                    .map_err(IndexError::embedding)?
+                    .into_iter();
+                batch
+                    .iter()
+                    .map(|t| {
+                        if t.is_empty() {
+                            Some(vec![0f32; self.dim])
+                        } else {
+                            pooled.next()
+                        }
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        IndexError::Embedding("the encoder returned too few vectors".into())
+                    })?
+            }
             Backend::Candle { model, device } => candle_forward(model, device, batch)?,
         };
         for v in &mut out {
@@ -282,31 +315,42 @@ fn encoder_config(text: &str) -> std::result::Result<EncoderConfig, String> {
     })
 }
 
-/// Our encoder from the safetensors `bytes` and `config.json`'s `text`.
-fn kernels_backend(bytes: &[u8], text: &str, cfg_path: &Path) -> Result<EncoderModel> {
-    let cfg = encoder_config(text).map_err(|why| {
+/// Our encoder from the safetensors `bytes` (read from `weights`) and `config.json`'s `text`.
+fn kernels_backend(bytes: &[u8], text: &str, weights: &Path) -> Result<EncoderModel> {
+    let fail = |why: String| {
         IndexError::Embedding(format!(
             "{}: our kernels cannot run this encoder ({why})",
-            cfg_path.display()
+            weights.display()
         ))
-    })?;
+    };
+    let cfg = encoder_config(text).map_err(fail)?;
+    cfg.supported().map_err(fail)?;
     let tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu)
-        .map_err(IndexError::embedding)?;
+        .map_err(|e| fail(e.to_string()))?;
+    // Tensor names carry the model type as a prefix (`bert.embeddings...`) or none: decided
+    // once for the whole file, as candle's loader does.
+    let model_type = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| "bert".into());
+    let prefix = if tensors.contains_key("embeddings.word_embeddings.weight") {
+        String::new()
+    } else {
+        format!("{model_type}.")
+    };
     let mut tensor = |name: &str| {
-        let t = tensors
-            .get(name)
-            .or_else(|| tensors.get(&format!("bert.{name}")))
-            .ok_or_else(|| {
-                ferrograph_kernels::KernelError::Malformed(format!("tensor {name} is missing"))
-            })?;
+        let full = format!("{prefix}{name}");
+        let t = tensors.get(&full).ok_or_else(|| {
+            ferrograph_kernels::KernelError::Malformed(format!("tensor {full} is missing"))
+        })?;
         let values = t
             .to_dtype(DType::F32)
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| ferrograph_kernels::KernelError::Malformed(format!("{name}: {e}")))?;
+            .map_err(|e| ferrograph_kernels::KernelError::Malformed(format!("{full}: {e}")))?;
         Ok((t.dims().to_vec(), values))
     };
-    EncoderModel::load(cfg, &mut tensor).map_err(IndexError::embedding)
+    EncoderModel::load(cfg, &mut tensor).map_err(|e| fail(e.to_string()))
 }
 
 /// candle's BERT from the safetensors `bytes` on `device`.

@@ -152,3 +152,125 @@ fn the_encoder_refuses_bad_input_with_a_clear_error() {
     let text = "word ".repeat(2000);
     assert_eq!(e.embed(&[&text]).unwrap()[0].len(), 384);
 }
+
+/// A random BERT of the given shape in `dir` (config, MiniLM's tokenizer, safetensors with
+/// names prefixed `bert.`), or `None` when MiniLM's tokenizer is not there.
+fn tiny_model(dir: &Path, hidden: usize, heads: usize, ff: usize) -> Option<()> {
+    let minilm = BertEmbedder::locate(DEFAULT_EMBEDDING_MODEL).ok()?;
+    std::fs::copy(minilm.join("tokenizer.json"), dir.join("tokenizer.json")).ok()?;
+    let config = serde_json::json!({
+        "architectures": ["BertModel"], "model_type": "bert", "hidden_act": "gelu",
+        "hidden_size": hidden, "num_attention_heads": heads, "intermediate_size": ff,
+        "num_hidden_layers": 2, "vocab_size": 30522, "max_position_embeddings": 64,
+        "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0,
+        "position_embedding_type": "absolute", "hidden_dropout_prob": 0.1,
+        "initializer_range": 0.02,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let dev = candle_core::Device::Cpu;
+    let mut tensors = std::collections::HashMap::new();
+    let mut seed = 0u64;
+    let mut put = |name: &str, shape: &[usize], scale: f32, offset: f32| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| {
+                seed += 1;
+                offset + scale * ((i as f32 * 0.7548 + seed as f32 * 0.5698).sin())
+            })
+            .collect();
+        let t = candle_core::Tensor::from_vec(v, shape, &dev).unwrap();
+        tensors.insert(format!("bert.{name}"), t);
+    };
+    put(
+        "embeddings.word_embeddings.weight",
+        &[30522, hidden],
+        0.5,
+        0.0,
+    );
+    put(
+        "embeddings.position_embeddings.weight",
+        &[64, hidden],
+        0.1,
+        0.0,
+    );
+    put(
+        "embeddings.token_type_embeddings.weight",
+        &[2, hidden],
+        0.1,
+        0.0,
+    );
+    put("embeddings.LayerNorm.weight", &[hidden], 0.1, 1.0);
+    put("embeddings.LayerNorm.bias", &[hidden], 0.05, 0.0);
+    for l in 0..2 {
+        let p = |s: &str| format!("encoder.layer.{l}.{s}");
+        for part in ["query", "key", "value"] {
+            put(
+                &p(&format!("attention.self.{part}.weight")),
+                &[hidden, hidden],
+                0.2,
+                0.0,
+            );
+            put(
+                &p(&format!("attention.self.{part}.bias")),
+                &[hidden],
+                0.05,
+                0.0,
+            );
+        }
+        put(
+            &p("attention.output.dense.weight"),
+            &[hidden, hidden],
+            0.2,
+            0.0,
+        );
+        put(&p("attention.output.dense.bias"), &[hidden], 0.05, 0.0);
+        put(&p("attention.output.LayerNorm.weight"), &[hidden], 0.1, 1.0);
+        put(&p("attention.output.LayerNorm.bias"), &[hidden], 0.05, 0.0);
+        put(&p("intermediate.dense.weight"), &[ff, hidden], 0.2, 0.0);
+        put(&p("intermediate.dense.bias"), &[ff], 0.05, 0.0);
+        put(&p("output.dense.weight"), &[hidden, ff], 0.1, 0.0);
+        put(&p("output.dense.bias"), &[hidden], 0.05, 0.0);
+        put(&p("output.LayerNorm.weight"), &[hidden], 0.1, 1.0);
+        put(&p("output.LayerNorm.bias"), &[hidden], 0.05, 0.0);
+    }
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+    Some(())
+}
+
+#[test]
+fn other_bert_shapes_run_on_our_kernels_or_fall_back_to_candle() {
+    let texts = [
+        "The cat sits on the mat.",
+        "fn main() {}",
+        "",
+        "a b c d e f g",
+    ];
+    // A shape our kernels run (hidden 64 in 4 heads of 16, `bert.`-prefixed names): the same
+    // vectors as candle's.
+    let dir = tempfile::tempdir().unwrap();
+    if tiny_model(dir.path(), 64, 4, 128).is_none() {
+        return;
+    }
+    let opts = |kernels| EmbedOptions {
+        kernels,
+        ..EmbedOptions::default()
+    };
+    let ours = BertEmbedder::load(dir.path(), opts(Kernels::Fast)).unwrap();
+    let reference = BertEmbedder::load(dir.path(), opts(Kernels::Candle)).unwrap();
+    let (a, b) = (
+        ours.embed(&texts).unwrap(),
+        reference.embed(&texts).unwrap(),
+    );
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(cos(x, y) >= 0.9999, "text {i}: {}", cos(x, y));
+    }
+    // A hidden size that is not a multiple of 32: `Auto` falls back to candle's path, `Fast`
+    // says why it cannot.
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path(), 24, 2, 48).unwrap();
+    let auto = BertEmbedder::load(dir.path(), opts(Kernels::Auto)).unwrap();
+    assert_eq!(auto.backend_name(), "candle");
+    assert_eq!(auto.embed(&texts).unwrap()[0].len(), 24);
+    let err = BertEmbedder::load(dir.path(), opts(Kernels::Fast)).unwrap_err();
+    assert!(err.to_string().contains("not a multiple of 32"), "{err}");
+}

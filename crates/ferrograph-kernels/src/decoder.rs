@@ -1002,7 +1002,8 @@ fn attention(
     }
 }
 
-/// Which forward pass runs a model (`ferrograph_llm::LoadOptions::kernels`).
+/// Which forward pass runs a model: ours or candle's (`ferrograph_llm::LoadOptions::kernels`
+/// for chat models, `ferrograph_index::EmbedOptions::kernels` for sentence encoders).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -1011,7 +1012,7 @@ pub enum Kernels {
     /// Our kernels when supported, else candle; `FERROGRAPH_KERNELS=candle|fast` overrides.
     #[default]
     Auto,
-    /// Always candle's quantized models (the reference path).
+    /// Always candle's (the reference path: its quantized chat models, its `f32` BERT).
     Candle,
     /// Our kernels; loading fails when the model is not supported by them.
     Fast,

@@ -24,7 +24,8 @@ use parking_lot::Mutex;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EncoderActivation {
-    /// `x * Phi(x)` with the exact (erf) normal CDF: BERT's `gelu`.
+    /// `x * Phi(x)` with the normal CDF through erf (BERT's `gelu`, not the tanh
+    /// approximation), erf computed to within 1.5e-7.
     GeluErf,
     /// ReLU.
     Relu,
@@ -63,6 +64,14 @@ pub struct EncoderConfig {
 }
 
 impl EncoderConfig {
+    /// Why these kernels cannot run an encoder of this shape, if they cannot.
+    pub fn supported(&self) -> Result<(), String> {
+        self.check().map_err(|e| match e {
+            KernelError::Malformed(why) => why,
+            other => other.to_string(),
+        })
+    }
+
     fn check(&self) -> Result<(), KernelError> {
         let bad = |why: String| Err(KernelError::Malformed(why));
         if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
@@ -130,6 +139,14 @@ impl std::fmt::Debug for EncoderModel {
     }
 }
 
+/// [`WideMatrix::quantize`] with the tensor's name in its error.
+fn quantize(name: &str, rows: usize, cols: usize, data: &[f32]) -> Result<WideMatrix, KernelError> {
+    WideMatrix::quantize(rows, cols, data).map_err(|e| match e {
+        KernelError::Malformed(why) => KernelError::Malformed(format!("{name}: {why}")),
+        other => other,
+    })
+}
+
 /// Gives a tensor's shape and values, row-major, by name (see [`EncoderModel::load`]).
 pub type TensorSource<'a> = dyn FnMut(&str) -> Result<(Vec<usize>, Vec<f32>), KernelError> + 'a;
 
@@ -184,9 +201,15 @@ impl EncoderModel {
                 qkv_bias.extend(get(&p(&format!("attention.self.{part}.bias")), &[h])?);
             }
             layers.push(EncoderLayer {
-                qkv: WideMatrix::quantize(3 * h, h, &qkv_w)?,
+                qkv: quantize(
+                    &p("attention.self.{query,key,value}.weight"),
+                    3 * h,
+                    h,
+                    &qkv_w,
+                )?,
                 qkv_bias,
-                out: WideMatrix::quantize(
+                out: quantize(
+                    &p("attention.output.dense.weight"),
                     h,
                     h,
                     &get(&p("attention.output.dense.weight"), &[h, h])?,
@@ -196,9 +219,19 @@ impl EncoderModel {
                     get(&p("attention.output.LayerNorm.weight"), &[h])?,
                     get(&p("attention.output.LayerNorm.bias"), &[h])?,
                 ],
-                up: WideMatrix::quantize(ff, h, &get(&p("intermediate.dense.weight"), &[ff, h])?)?,
+                up: quantize(
+                    &p("intermediate.dense.weight"),
+                    ff,
+                    h,
+                    &get(&p("intermediate.dense.weight"), &[ff, h])?,
+                )?,
                 up_bias: get(&p("intermediate.dense.bias"), &[ff])?,
-                down: WideMatrix::quantize(h, ff, &get(&p("output.dense.weight"), &[h, ff])?)?,
+                down: quantize(
+                    &p("output.dense.weight"),
+                    h,
+                    ff,
+                    &get(&p("output.dense.weight"), &[h, ff])?,
+                )?,
                 down_bias: get(&p("output.dense.bias"), &[h])?,
                 ffn_norm: [
                     get(&p("output.LayerNorm.weight"), &[h])?,
@@ -224,6 +257,7 @@ impl EncoderModel {
     pub fn bytes(&self) -> usize {
         let floats = self.word.len()
             + self.position.len()
+            + 2 * self.cfg.hidden
             + self
                 .layers
                 .iter()

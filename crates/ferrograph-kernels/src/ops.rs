@@ -44,7 +44,7 @@ pub(crate) fn exp_approx(x: f32) -> f32 {
     p * f32::from_bits(two_n)
 }
 
-/// Sum of squares with eight independent lanes (vectorizes without reassociation).
+/// Dot product with eight independent lanes (vectorizes without reassociation).
 pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));

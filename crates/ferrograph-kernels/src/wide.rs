@@ -1,6 +1,7 @@
 //! Matrix products at a higher precision than the 8-bit kernels, for models shipped in
 //! floating point whose outputs must stay close to their `f32` reference (sentence encoders:
-//! cosine ≥ 0.9999, which 8-bit weights and activations miss by a factor of ten).
+//! cosine ≥ 0.9999; with 8-bit weights and activations MiniLM's vectors fall to 0.9996 on
+//! average and 0.998 at worst).
 //!
 //! Weights are quantized at load to 12 bits (±[`W_MAX`]) and activations per row to 16 bits
 //! (±[`A_MAX`]), both per block of [`QK`] with an `f32` scale. A block's dot product is a sum
@@ -25,10 +26,8 @@ pub const A_MAX: f32 = 32767.0;
 /// 12 bits per block, interleaved by groups of eight rows.
 #[derive(Clone, Debug)]
 pub struct WideMatrix {
-    /// Output features.
-    pub rows: usize,
-    /// Input features.
-    pub cols: usize,
+    rows: usize,
+    cols: usize,
     /// Scales: for group `g`, block `b` (`gb = g * blocks + b`), row `8g + lane`'s is
     /// `d[8 * gb + lane]`.
     d: Vec<f32>,
@@ -73,7 +72,12 @@ impl WideMatrix {
                 let gb = g * nb + b;
                 let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let scale = amax / W_MAX;
-                let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+                // A block of zeros or of values so small that 1 / scale overflows is zero.
+                let (scale, inv) = if scale >= f32::MIN_POSITIVE {
+                    (scale, 1.0 / scale)
+                } else {
+                    (0.0, 0.0)
+                };
                 d[8 * gb + lane] = scale;
                 for (k, v) in blk.iter().enumerate() {
                     let qv = round_i32(v * inv).clamp(-2047, 2047) as i16;
@@ -87,6 +91,16 @@ impl WideMatrix {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.d.len() * 4 + self.q.len() * 2
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
     }
 
     /// Row `row` as floats (`cols` long): what the products multiply by.
@@ -120,15 +134,18 @@ impl WideMatrix {
 /// Rows of activations quantized to 16 bits per block of [`QK`].
 #[derive(Clone, Debug, Default)]
 pub struct WideAct {
-    /// Elements per row.
-    pub cols: usize,
-    /// Rows.
-    pub rows: usize,
+    cols: usize,
+    rows: usize,
     q: Vec<i16>,
     d: Vec<f32>,
 }
 
 impl WideAct {
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
     /// Quantizes `x` (rows of `cols`, a multiple of [`QK`]) into `self`, the rows split over
     /// `pool`'s threads.
     ///
@@ -165,7 +182,11 @@ impl WideAct {
                 {
                     let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
                     let scale = amax / A_MAX;
-                    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+                    let (scale, inv) = if scale >= f32::MIN_POSITIVE {
+                        (scale, 1.0 / scale)
+                    } else {
+                        (0.0, 0.0)
+                    };
                     *db = scale;
                     for (o, v) in qb.iter_mut().zip(xb) {
                         *o = round_i32(v * inv).clamp(-32767, 32767) as i16;
@@ -212,7 +233,8 @@ const TOKEN_BLOCK: usize = 128;
 
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32, usize);
-// SAFETY: used only to write disjoint elements from the pool's threads (see `matmul_wide`).
+// SAFETY: used only to write disjoint elements from the pool's threads (see
+// `matmul_wide_with`).
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
