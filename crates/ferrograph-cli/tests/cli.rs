@@ -505,3 +505,48 @@ fn bench_llm_reports_batched_decode_and_a_newcomer_and_names_a_missing_peer() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("scripts/setup-llama-cpp.sh"), "{err}");
 }
+
+#[test]
+fn bench_embed_measures_our_encoder_against_candles_with_their_cosine() {
+    let dir = tempfile::tempdir().unwrap();
+    let sentences = dir.path().join("sentences.txt");
+    let lines: Vec<String> = (0..12)
+        .map(|i| {
+            format!("Sentence {i}: the checkpoint saver writes thread {i} to sled and fsyncs.")
+        })
+        .chain([
+            "fn main() { println!(\"hello\"); }".to_string(),
+            String::new(),
+        ])
+        .collect();
+    std::fs::write(&sentences, lines.join("\n")).unwrap();
+    let vectors = dir.path().join("v.f32");
+    let out = ferrograph(
+        dir.path(),
+        &[
+            "index",
+            "bench-embed",
+            "--sentences",
+            sentences.to_str().unwrap(),
+            "--runs",
+            "1",
+            "--vectors-out",
+            vectors.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(r["engine"], "kernels", "{r}");
+    assert_eq!(r["sentences"], 13, "{r}");
+    assert!(r["sentences_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    let reference = &r["reference"];
+    assert_eq!(reference["engine"], "candle", "{r}");
+    assert!(reference["cosine_min"].as_f64().unwrap() >= 0.9999, "{r}");
+    // 13 vectors of 384 floats.
+    assert_eq!(std::fs::metadata(&vectors).unwrap().len(), 13 * 384 * 4);
+}
