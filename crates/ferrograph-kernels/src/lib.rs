@@ -914,12 +914,36 @@ pub(crate) struct Acts<'a> {
     pub nb: usize,
 }
 
+/// A matrix product's output (pointer, length), written by the pool's threads at disjoint
+/// elements.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32, usize);
-// SAFETY: used only to write disjoint elements from the pool's threads (see `matmul_with`).
+pub(crate) struct OutPtr(*mut f32, usize);
+// SAFETY: used only to write disjoint elements from the pool's threads (see `matmul_with`
+// and `wide::matmul_wide_with`).
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Writes a tile of eight rows (group `g` of a matrix of `rows` rows) for tokens `t0..`:
+    /// `tile[8 * i + lane]` goes to `out[(t0 + i) * rows + 8 * g + lane]`.
+    ///
+    /// # Panics
+    /// When an element is out of bounds.
+    ///
+    /// # Safety
+    /// No other thread may access those elements meanwhile.
+    pub(crate) unsafe fn write_group_tile(self, rows: usize, g: usize, t0: usize, tile: &[f32]) {
+        for (i, vals) in tile.chunks_exact(8).enumerate() {
+            let idx = (t0 + i) * rows + 8 * g;
+            assert!(idx + 8 <= self.1);
+            for (lane, v) in vals.iter().enumerate() {
+                // SAFETY: in bounds (checked); exclusive access is the caller's contract.
+                unsafe { *self.0.add(idx + lane) = *v };
+            }
+        }
+    }
+}
 
 /// `out_j[t * rows_j + r] = dot(w_j row r, x row t)` for every job `(w_j, out_j)`, all jobs
 /// sharing one activation and one parallel dispatch over the pool.
@@ -965,15 +989,9 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
                     while t0 < t {
                         let nt = (t - t0).min(4);
                         dot_tile_x8(isa, &group, x, t0, &mut tile[..8 * nt]);
-                        for i in 0..nt {
-                            let idx = (t0 + i) * w.rows + 8 * g;
-                            assert!(idx + 8 <= out.1);
-                            for lane in 0..8 {
-                                // SAFETY: in bounds (checked); each (token, group) is written
-                                // by exactly one thread (see above).
-                                unsafe { *out.0.add(idx + lane) = tile[8 * i + lane] };
-                            }
-                        }
+                        // SAFETY: each (token, group) is written by exactly one thread (see
+                        // above).
+                        unsafe { out.write_group_tile(w.rows, g, t0, &tile[..8 * nt]) };
                         t0 += nt;
                     }
                 }

@@ -61,6 +61,21 @@ pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// Sum of `x` in eight independent lanes (vectorizes without reassociation): the remainder
+/// first, then the lanes.
+pub(crate) fn sum8(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let mut sum: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i];
+        }
+    }
+    sum += acc.iter().sum::<f32>();
+    sum
+}
+
 /// Softmax of `x` in place, with eight independent lanes for the maximum and the sum so that
 /// every pass vectorizes.
 pub(crate) fn softmax_in_place(x: &mut [f32]) {
@@ -79,16 +94,7 @@ pub(crate) fn softmax_in_place(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v = exp_approx(*v - m);
     }
-    let mut acc = [0f32; 8];
-    let chunks = x.chunks_exact(8);
-    let mut sum: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for i in 0..8 {
-            acc[i] += c[i];
-        }
-    }
-    sum += acc.iter().sum::<f32>();
-    let inv = 1.0 / sum;
+    let inv = 1.0 / sum8(x);
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
@@ -122,16 +128,7 @@ pub(crate) fn gelu_erf(x: f32) -> f32 {
 pub(crate) fn layer_norm_in_place(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let d = w.len();
     for row in x.chunks_exact_mut(d) {
-        let mut acc = [0f32; 8];
-        let chunks = row.chunks_exact(8);
-        let mut sum: f32 = chunks.remainder().iter().sum();
-        for c in chunks {
-            for i in 0..8 {
-                acc[i] += c[i];
-            }
-        }
-        sum += acc.iter().sum::<f32>();
-        let mean = sum / d as f32;
+        let mean = sum8(row) / d as f32;
         let mut acc = [0f32; 8];
         let chunks = row.chunks_exact(8);
         let mut sq: f32 = chunks

@@ -15,7 +15,7 @@
 //! broadcast activations. The scalar kernel is the reference: it does the same integer sums
 //! and the same multiply-adds in the same order, so every instruction set gives the same bits.
 
-use crate::{pool, Isa, KernelError, QK};
+use crate::{pool, Isa, KernelError, OutPtr, QK};
 
 /// Largest weight quant.
 pub const W_MAX: f32 = 2047.0;
@@ -40,6 +40,17 @@ pub struct WideMatrix {
 fn round_i32(v: f32) -> i32 {
     const SHIFT: f32 = 12_582_912.0;
     (v + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32
+}
+
+/// The scale of a block whose largest quant is `max_q`, and its inverse. A block of zeros, or
+/// of values so small that the inverse would overflow, gets zero for both.
+fn block_scale(block: &[f32], max_q: f32) -> (f32, f32) {
+    let scale = block.iter().fold(0f32, |a, v| a.max(v.abs())) / max_q;
+    if scale >= f32::MIN_POSITIVE {
+        (scale, 1.0 / scale)
+    } else {
+        (0.0, 0.0)
+    }
 }
 
 impl WideMatrix {
@@ -70,14 +81,7 @@ impl WideMatrix {
             let (g, lane) = (r / 8, r % 8);
             for (b, blk) in row.chunks_exact(QK).enumerate() {
                 let gb = g * nb + b;
-                let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-                let scale = amax / W_MAX;
-                // A block of zeros or of values so small that 1 / scale overflows is zero.
-                let (scale, inv) = if scale >= f32::MIN_POSITIVE {
-                    (scale, 1.0 / scale)
-                } else {
-                    (0.0, 0.0)
-                };
+                let (scale, inv) = block_scale(blk, W_MAX);
                 d[8 * gb + lane] = scale;
                 for (k, v) in blk.iter().enumerate() {
                     let qv = round_i32(v * inv).clamp(-2047, 2047) as i16;
@@ -180,13 +184,7 @@ impl WideAct {
                     .zip(q.chunks_exact_mut(QK))
                     .zip(d.iter_mut())
                 {
-                    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-                    let scale = amax / A_MAX;
-                    let (scale, inv) = if scale >= f32::MIN_POSITIVE {
-                        (scale, 1.0 / scale)
-                    } else {
-                        (0.0, 0.0)
-                    };
+                    let (scale, inv) = block_scale(xb, A_MAX);
                     *db = scale;
                     for (o, v) in qb.iter_mut().zip(xb) {
                         *o = round_i32(v * inv).clamp(-32767, 32767) as i16;
@@ -230,14 +228,6 @@ pub(crate) fn dot_group_scalar(d: &[f32], q: &[i16], x: &WideTile<'_>, out: &mut
 /// Tokens per block of the outer loop: their activations stay in the core's cache while every
 /// group of weight rows passes over them.
 const TOKEN_BLOCK: usize = 128;
-
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32, usize);
-// SAFETY: used only to write disjoint elements from the pool's threads (see
-// `matmul_wide_with`).
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
 
 /// `out_j[t * rows_j + r] = dot(w_j row r, x row t)` for every job `(w_j, out_j)`, over the
 /// kernels' pool with the best instruction set of this CPU.
@@ -294,15 +284,9 @@ pub fn matmul_wide_with(
                             nb,
                         };
                         dot_group(isa, d, q, &xt, &mut tile[..8 * nt]);
-                        for i in 0..nt {
-                            let idx = (t0 + i) * w.rows + 8 * g;
-                            assert!(idx + 8 <= out.1);
-                            for lane in 0..8 {
-                                // SAFETY: in bounds (checked); each (token, group) is written
-                                // by exactly one thread, whose group range holds it.
-                                unsafe { *out.0.add(idx + lane) = tile[8 * i + lane] };
-                            }
-                        }
+                        // SAFETY: each (token, group) is written by exactly one thread, whose
+                        // group range holds it.
+                        unsafe { out.write_group_tile(w.rows, g, t0, &tile[..8 * nt]) };
                         t0 += nt;
                     }
                 }
