@@ -13,7 +13,7 @@ use crate::distance::normalize;
 use crate::error::{IndexError, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::{BertModel, Config, HiddenAct};
 use ferrograph_kernels::encoder::{EncoderActivation, EncoderConfig, EncoderModel};
 use ferrograph_kernels::Kernels;
 use ferrograph_models::DeviceKind;
@@ -155,26 +155,23 @@ impl BertEmbedder {
         let bytes = std::fs::read(&weights).map_err(|e| IndexError::io(&weights, e))?;
         // `FERROGRAPH_KERNELS=fast` from the environment asks for our kernels where they run;
         // only an explicit `Kernels::Fast` makes it an error on a GPU.
-        let resolved = options.kernels.resolve();
         let on_cpu = options.device == DeviceKind::Cpu;
-        let backend = match resolved {
-            Kernels::Candle => candle_backend(bytes, &config, options.device)?,
-            Kernels::Fast if options.kernels == Kernels::Fast || on_cpu => {
-                if !on_cpu {
-                    return Err(IndexError::Embedding(format!(
-                        "our kernels run on the CPU, not {:?}; use candle's path there",
-                        options.device
-                    )));
-                }
-                Backend::Kernels(kernels_backend(&bytes, &text, &weights)?)
+        let backend = match (options.kernels.resolve(), on_cpu) {
+            (Kernels::Candle, _) => candle_backend(bytes, &config, options.device)?,
+            (Kernels::Fast, false) if options.kernels == Kernels::Fast => {
+                return Err(IndexError::Embedding(format!(
+                    "our kernels run on the CPU, not {:?}; use candle's path there",
+                    options.device
+                )));
             }
-            _ if !on_cpu => candle_backend(bytes, &config, options.device)?,
+            (Kernels::Fast, true) => Backend::Kernels(kernels_backend(&bytes, &config, &weights)?),
+            (_, false) => candle_backend(bytes, &config, options.device)?,
             // Without SIMD our encoder's products run a scalar loop: candle's is faster.
             _ if ferrograph_kernels::detected_isa() == ferrograph_kernels::Isa::Scalar => {
                 tracing::info!("no SIMD kernels on this CPU; embedding with candle's path");
                 candle_backend(bytes, &config, options.device)?
             }
-            _ => match kernels_backend(&bytes, &text, &weights) {
+            _ => match kernels_backend(&bytes, &config, &weights) {
                 Ok(model) => Backend::Kernels(model),
                 Err(why) => {
                     tracing::info!(model = %dir.display(), %why, "our kernels cannot run this encoder; using candle's");
@@ -278,61 +275,42 @@ impl BertEmbedder {
     }
 }
 
-/// The shape our encoder needs from a Hugging Face `config.json`, or why it cannot run it.
-fn encoder_config(text: &str) -> std::result::Result<EncoderConfig, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let n = |key: &str| {
-        v.get(key)
-            .and_then(serde_json::Value::as_u64)
-            .map(|n| n as usize)
-            .ok_or_else(|| format!("`{key}` is missing"))
+/// Our encoder's shape from the model's `config.json` (as candle parsed it), or why our kernels
+/// cannot run it.
+fn encoder_config(config: &Config) -> std::result::Result<EncoderConfig, String> {
+    let activation = match config.hidden_act {
+        HiddenAct::Gelu => EncoderActivation::GeluErf,
+        HiddenAct::Relu => EncoderActivation::Relu,
+        other => return Err(format!("activation {other:?}")),
     };
-    let act = v
-        .get("hidden_act")
-        .and_then(|a| a.as_str())
-        .unwrap_or("gelu");
-    let activation =
-        EncoderActivation::from_hf(act).ok_or_else(|| format!("activation `{act}`"))?;
-    let positions = v
-        .get("position_embedding_type")
-        .and_then(|a| a.as_str())
-        .unwrap_or("absolute");
-    if positions != "absolute" {
-        return Err(format!("position embeddings `{positions}`"));
-    }
-    Ok(EncoderConfig {
-        hidden: n("hidden_size")?,
-        heads: n("num_attention_heads")?,
-        layers: n("num_hidden_layers")?,
-        intermediate: n("intermediate_size")?,
-        vocab: n("vocab_size")?,
-        max_positions: n("max_position_embeddings")?,
-        eps: v
-            .get("layer_norm_eps")
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(1e-12) as f32,
+    let cfg = EncoderConfig {
+        hidden: config.hidden_size,
+        heads: config.num_attention_heads,
+        layers: config.num_hidden_layers,
+        intermediate: config.intermediate_size,
+        vocab: config.vocab_size,
+        max_positions: config.max_position_embeddings,
+        eps: config.layer_norm_eps as f32,
         activation,
-    })
+    };
+    cfg.supported()?;
+    Ok(cfg)
 }
 
-/// Our encoder from the safetensors `bytes` (read from `weights`) and `config.json`'s `text`.
-fn kernels_backend(bytes: &[u8], text: &str, weights: &Path) -> Result<EncoderModel> {
+/// Our encoder from the safetensors `bytes` (read from `weights`).
+fn kernels_backend(bytes: &[u8], config: &Config, weights: &Path) -> Result<EncoderModel> {
     let fail = |why: String| {
         IndexError::Embedding(format!(
             "{}: our kernels cannot run this encoder ({why})",
             weights.display()
         ))
     };
-    let cfg = encoder_config(text).map_err(fail)?;
-    cfg.supported().map_err(fail)?;
+    let cfg = encoder_config(config).map_err(fail)?;
     let tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu)
         .map_err(|e| fail(e.to_string()))?;
     // Tensor names carry the model type as a prefix (`bert.embeddings...`) or none: decided
     // once for the whole file, as candle's loader does.
-    let model_type = serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| v.get("model_type")?.as_str().map(str::to_string))
-        .unwrap_or_else(|| "bert".into());
+    let model_type = config.model_type.as_deref().unwrap_or("bert");
     let prefix = if tensors.contains_key("embeddings.word_embeddings.weight") {
         String::new()
     } else {

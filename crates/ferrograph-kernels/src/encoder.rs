@@ -31,17 +31,6 @@ pub enum EncoderActivation {
     Relu,
 }
 
-impl EncoderActivation {
-    /// The activation of a Hugging Face `hidden_act` name (`gelu`, `relu`); `None` for others.
-    pub fn from_hf(name: &str) -> Option<EncoderActivation> {
-        match name {
-            "gelu" => Some(EncoderActivation::GeluErf),
-            "relu" => Some(EncoderActivation::Relu),
-            _ => None,
-        }
-    }
-}
-
 /// Shape of a BERT encoder.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderConfig {
