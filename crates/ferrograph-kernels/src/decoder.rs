@@ -15,10 +15,10 @@
 //! prompt prefix snapshots stay cheap and independent.
 
 use crate as kernels;
+use crate::attention::{attention, AttnSeq, AttnShape, KvCache};
 use crate::ops::{add, add_rows, dot8, exp_approx};
 use crate::{GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
-use parking_lot::Mutex;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
@@ -162,9 +162,8 @@ impl std::fmt::Debug for DecoderWeights {
 #[derive(Clone, Debug)]
 pub struct DecoderModel {
     w: Arc<DecoderWeights>,
-    /// Per layer, `len * kv_dim` keys (after RoPE) and values.
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    /// Per layer, the keys (after RoPE) and values of the cached tokens.
+    cache: Vec<KvCache>,
     len: usize,
 }
 
@@ -512,8 +511,7 @@ impl DecoderModel {
                 rope_global,
                 rope_local,
             }),
-            k: vec![Vec::new(); layers_n],
-            v: vec![Vec::new(); layers_n],
+            cache: vec![KvCache::default(); layers_n],
             len: 0,
         })
     }
@@ -532,14 +530,17 @@ impl DecoderModel {
     /// shares only the start of this one continues from there. Only what is kept is copied.
     pub fn clone_prefix(&self, len: usize) -> Self {
         let len = len.min(self.len);
-        let keep = len * self.w.cfg.kv_dim();
-        let cut = |c: &Vec<f32>| c[..keep.min(c.len())].to_vec();
+        let kv = self.w.cfg.kv_dim();
         DecoderModel {
             w: self.w.clone(),
-            k: self.k.iter().map(cut).collect(),
-            v: self.v.iter().map(cut).collect(),
+            cache: self.cache.iter().map(|c| c.prefix(len, kv)).collect(),
             len,
         }
+    }
+
+    /// Bytes held by the KV cache (half floats, capacity included).
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.iter().map(KvCache::bytes).sum()
     }
 
     /// Forgets the KV cache (keeping its memory).
@@ -549,8 +550,8 @@ impl DecoderModel {
 
     fn truncate(&mut self, len: usize) {
         let kv = self.w.cfg.kv_dim();
-        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
-            c.truncate(len * kv);
+        for c in &mut self.cache {
+            c.truncate(len, kv);
         }
         self.len = len.min(self.len);
     }
@@ -671,6 +672,12 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
     let mut o = vec![0f32; t_n * d];
     let (mut g, mut u) = (vec![0f32; t_n * cfg.ffn], vec![0f32; t_n * cfg.ffn]);
     let neox = cfg.neox_rope();
+    let shape = AttnShape {
+        heads: cfg.heads,
+        kv_heads: cfg.kv_heads,
+        hd,
+        scale: cfg.attn_scale,
+    };
     // Element-wise work and activation quantization are split over the kernels' pool by
     // token rows (one token, as in decode, runs on the calling thread).
     let pool = kernels::pool::global();
@@ -712,29 +719,18 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
             );
             rope(qs, hd, &table.cos, &table.sin, neox);
             rope(ks, hd, &table.cos, &table.sin, neox);
-            let total = it.pos + span.len();
-            let (kc, vc) = (&mut it.model.k[li], &mut it.model.v[li]);
-            if kc.capacity() < total * kv {
-                // Exact growth with headroom: `reserve` would double the capacity, which at
-                // long contexts keeps up to half the cache unused.
-                let want = (total + 256) * kv;
-                kc.reserve_exact(want - kc.len());
-                vc.reserve_exact(want - vc.len());
-            }
-            kc.extend_from_slice(ks);
-            vc.extend_from_slice(&v[span.start * kv..span.end * kv]);
+            it.model.cache[li].append(ks, &v[span.start * kv..span.end * kv], cfg.kv_heads, hd);
         }
         let seqs: Vec<AttnSeq<'_>> = items
             .iter()
             .zip(&spans)
             .map(|(it, span)| AttnSeq {
-                kc: &it.model.k[li],
-                vc: &it.model.v[li],
+                cache: &it.model.cache[li],
                 pos: it.pos,
                 rows: span.clone(),
             })
             .collect();
-        attention(cfg, &q, &seqs, window, &mut attn);
+        attention(&shape, &q, &seqs, window, &mut attn);
         act.quantize_on(pool, &attn, qd);
         kernels::matmul(&mut [(&layer.wo, &mut o[..])], &act);
         if let Some(n) = &layer.post_attn_norm {
@@ -877,131 +873,6 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
     }
 }
 
-/// One sequence's view for [`attention`]: its KV cache (new rows appended) and where its
-/// new rows lie in the batch.
-struct AttnSeq<'a> {
-    kc: &'a [f32],
-    vc: &'a [f32],
-    /// Position of its first new row.
-    pos: usize,
-    /// Its rows in the stacked queries and outputs.
-    rows: std::ops::Range<usize>,
-}
-
-/// Query rows per unit of attention work during prefill.
-const ATTN_ROWS: usize = 32;
-/// Below this many (query head, key) pairs in a pass, attention runs on the calling thread.
-const ATTN_PARALLEL_MIN: usize = 16_384;
-
-/// Causal attention of every sequence's new rows over its own cache; with a `window`, a row
-/// at position `p` sees only positions `p - window + 1 ..= p`.
-///
-/// The work is split over the pool in units of (sequence, key/value head, block of
-/// [`ATTN_ROWS`] rows), in decode as in prefill. A unit handles the query heads that share
-/// its key/value head together, so each cached key and value is read once for all of them
-/// (three query heads per key/value head in SmolLM2). Each head of each row is computed by
-/// the same code in the same order whatever the split: scores key by key, the softmax, then
-/// the values summed in key order, so the output does not depend on the batch, the blocks
-/// or the thread count.
-fn attention(
-    cfg: &DecoderConfig,
-    q: &[f32],
-    seqs: &[AttnSeq<'_>],
-    window: Option<usize>,
-    out: &mut [f32],
-) {
-    let (hd, heads) = (cfg.head_dim, cfg.heads);
-    let kv = cfg.kv_dim();
-    let group = heads / cfg.kv_heads;
-    let d = cfg.q_dim();
-    let scale = cfg.attn_scale;
-    // The units: (sequence, kv head, first row, rows).
-    let mut units: Vec<(usize, usize, usize, usize)> = Vec::new();
-    let mut pairs = 0usize;
-    for (si, s) in seqs.iter().enumerate() {
-        let t_n = s.rows.len();
-        pairs += heads * t_n * (s.pos + t_n);
-        for r0 in (0..t_n).step_by(ATTN_ROWS) {
-            for g in 0..cfg.kv_heads {
-                units.push((si, g, r0, ATTN_ROWS.min(t_n - r0)));
-            }
-        }
-    }
-    // Each unit's output: its rows, each the `group * hd` outputs of its query heads.
-    let results: Vec<Mutex<Vec<f32>>> = units
-        .iter()
-        .map(|u| Mutex::new(vec![0f32; u.3 * group * hd]))
-        .collect();
-    let one_unit = |ui: usize| {
-        let (si, g, r0, rows) = units[ui];
-        let s = &seqs[si];
-        let mut dst = results[ui].lock();
-        let pos = s.pos;
-        let last = pos + r0 + rows;
-        // Scores of the group's heads: `group` arrays of `last` keys; per head, the largest
-        // score of the row and the softmax's normalizer.
-        let mut scores = vec![0f32; group * last];
-        let (mut mx, mut inv) = (vec![0f32; group], vec![0f32; group]);
-        for t in r0..r0 + rows {
-            let n = pos + t + 1;
-            let first = window.map_or(0, |w| n.saturating_sub(w));
-            let row = s.rows.start + t;
-            let qrow = &q[row * d..(row + 1) * d];
-            mx.fill(f32::NEG_INFINITY);
-            for j in first..n {
-                let kr = &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd];
-                for (e, m) in mx.iter_mut().enumerate() {
-                    let h = g * group + e;
-                    let sc = dot8(&qrow[h * hd..(h + 1) * hd], kr) * scale;
-                    scores[e * last + j] = sc;
-                    *m = m.max(sc);
-                }
-            }
-            for (e, iv) in inv.iter_mut().enumerate() {
-                let mut sum = 0f32;
-                for sc in scores[e * last + first..e * last + n].iter_mut() {
-                    *sc = exp_approx(*sc - mx[e]);
-                    sum += *sc;
-                }
-                *iv = 1.0 / sum;
-            }
-            let o = &mut dst[(t - r0) * group * hd..(t - r0 + 1) * group * hd];
-            o.fill(0.0);
-            for j in first..n {
-                let vr = &s.vc[j * kv + g * hd..j * kv + (g + 1) * hd];
-                for (e, oh) in o.chunks_exact_mut(hd).enumerate() {
-                    let p = scores[e * last + j] * inv[e];
-                    for (a, b) in oh.iter_mut().zip(vr) {
-                        *a += p * b;
-                    }
-                }
-            }
-        }
-    };
-    let pool = kernels::pool::global();
-    if pairs >= ATTN_PARALLEL_MIN && units.len() > 1 && pool.threads() > 1 {
-        let n = pool.threads();
-        pool.run(&|tid| {
-            for ui in (tid..units.len()).step_by(n) {
-                one_unit(ui);
-            }
-        });
-    } else {
-        for ui in 0..units.len() {
-            one_unit(ui);
-        }
-    }
-    for (&(si, g, r0, rows), res) in units.iter().zip(&results) {
-        let res = res.lock();
-        let s = &seqs[si];
-        for t in 0..rows {
-            let row = s.rows.start + r0 + t;
-            let at = row * d + g * group * hd;
-            out[at..at + group * hd].copy_from_slice(&res[t * group * hd..(t + 1) * group * hd]);
-        }
-    }
-}
-
 /// Which forward pass runs a model: ours or candle's (`ferrograph_llm::LoadOptions::kernels`
 /// for chat models, `ferrograph_index::EmbedOptions::kernels` for sentence encoders).
 #[derive(
@@ -1074,149 +945,6 @@ mod tests {
                 let err = (f64::from(got) - want).abs();
                 let bound = 1e-6 * (1.0 + 2.0 * u.abs().max(xd.abs())) * want.abs();
                 assert!(err <= bound.max(1e-12), "{name}({x}) = {got}, want {want}");
-            }
-        }
-    }
-
-    fn test_config(heads: usize, kv_heads: usize, head_dim: usize) -> DecoderConfig {
-        DecoderConfig {
-            family: Family::Llama,
-            dim: heads * head_dim,
-            layers: 1,
-            heads,
-            kv_heads,
-            head_dim,
-            ffn: 8,
-            vocab: 8,
-            eps: 1e-5,
-            rope_base: 10_000.0,
-            sliding_window: None,
-            attn_scale: 1.0 / (head_dim as f32).sqrt(),
-        }
-    }
-
-    /// Deterministic values in [-1, 1).
-    fn noise(seed: u64, n: usize) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
-
-    /// Attention one query head at a time, as it was computed before the grouped version:
-    /// the reference [`attention`] must equal bit for bit.
-    fn attention_per_head(
-        cfg: &DecoderConfig,
-        q: &[f32],
-        seqs: &[AttnSeq<'_>],
-        window: Option<usize>,
-        out: &mut [f32],
-    ) {
-        let (hd, heads) = (cfg.head_dim, cfg.heads);
-        let kv = cfg.kv_dim();
-        let group = heads / cfg.kv_heads;
-        let d = cfg.q_dim();
-        let scale = cfg.attn_scale;
-        for s in seqs {
-            let t_n = s.rows.len();
-            let mut scores = vec![0f32; s.pos + t_n];
-            for h in 0..heads {
-                let g = h / group;
-                for t in 0..t_n {
-                    let n = s.pos + t + 1;
-                    let first = window.map_or(0, |w| n.saturating_sub(w));
-                    let row = s.rows.start + t;
-                    let qv = &q[row * d + h * hd..row * d + (h + 1) * hd];
-                    let mut mx = f32::NEG_INFINITY;
-                    for (j, sc) in scores[first..n].iter_mut().enumerate() {
-                        let j = first + j;
-                        *sc = dot8(qv, &s.kc[j * kv + g * hd..j * kv + (g + 1) * hd]) * scale;
-                        mx = mx.max(*sc);
-                    }
-                    let mut sum = 0f32;
-                    for sc in scores[first..n].iter_mut() {
-                        *sc = exp_approx(*sc - mx);
-                        sum += *sc;
-                    }
-                    let inv = 1.0 / sum;
-                    let o = &mut out[row * d + h * hd..row * d + (h + 1) * hd];
-                    o.fill(0.0);
-                    for (j, sc) in scores[first..n].iter().enumerate() {
-                        let j = first + j;
-                        let p = sc * inv;
-                        let vr = &s.vc[j * kv + g * hd..j * kv + (g + 1) * hd];
-                        for (a, b) in o.iter_mut().zip(vr) {
-                            *a += p * b;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn grouped_attention_equals_attention_head_by_head_bit_for_bit() {
-        // Shapes: SmolLM2's (9 heads over 3), one head per kv head, Gemma 3's (4 over 1)
-        // with a sliding window, and 32 query heads over one; sequences from prefill (many
-        // rows, several row blocks) to decode (one row deep in the cache), alone and together.
-        let cases: [(usize, usize, usize, Option<usize>); 4] = [
-            (9, 3, 64, None),
-            (4, 4, 16, None),
-            (4, 1, 32, Some(24)),
-            (32, 1, 8, None),
-        ];
-        for (ci, &(heads, kv_heads, hd, window)) in cases.iter().enumerate() {
-            let cfg = test_config(heads, kv_heads, hd);
-            let shapes: [(usize, usize); 4] = [(0, 70), (300, 1), (21, 7), (1500, 1)];
-            let caches: Vec<(Vec<f32>, Vec<f32>)> = shapes
-                .iter()
-                .enumerate()
-                .map(|(i, &(pos, t_n))| {
-                    let n = (pos + t_n) * cfg.kv_dim();
-                    (noise(7 * i as u64 + 1, n), noise(7 * i as u64 + 2, n))
-                })
-                .collect();
-            let mut start = 0;
-            let seqs: Vec<AttnSeq<'_>> = shapes
-                .iter()
-                .zip(&caches)
-                .map(|(&(pos, t_n), (k, v))| {
-                    let s = AttnSeq {
-                        kc: k,
-                        vc: v,
-                        pos,
-                        rows: start..start + t_n,
-                    };
-                    start += t_n;
-                    s
-                })
-                .collect();
-            let q = noise(99 + ci as u64, start * cfg.q_dim());
-            let mut grouped = vec![0f32; start * cfg.q_dim()];
-            let mut per_head = vec![1f32; start * cfg.q_dim()];
-            attention(&cfg, &q, &seqs, window, &mut grouped);
-            attention_per_head(&cfg, &q, &seqs, window, &mut per_head);
-            assert!(grouped == per_head, "case {ci}: outputs differ");
-            // Each sequence alone gives its rows of the batch.
-            for s in &seqs {
-                let alone = [AttnSeq {
-                    kc: s.kc,
-                    vc: s.vc,
-                    pos: s.pos,
-                    rows: 0..s.rows.len(),
-                }];
-                let qs = &q[s.rows.start * cfg.q_dim()..s.rows.end * cfg.q_dim()];
-                let mut o = vec![0f32; qs.len()];
-                attention(&cfg, qs, &alone, window, &mut o);
-                assert!(
-                    o == grouped[s.rows.start * cfg.q_dim()..s.rows.end * cfg.q_dim()],
-                    "case {ci}: a sequence alone differs from its rows in the batch"
-                );
             }
         }
     }

@@ -39,6 +39,7 @@
 #![allow(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod attention;
 pub mod decoder;
 pub mod encoder;
 pub mod gguf_meta;

@@ -565,3 +565,104 @@ pub(crate) mod attn_avx2 {
         out
     }
 }
+
+/// The decoder's attention blocks over its f16 KV cache ([`crate::attention`]): keys are
+/// stored transposed by blocks of [`crate::attention::KEY_BLOCK`] positions, values one row
+/// per position; both are widened to `f32` with F16C and summed with fused multiply-adds.
+pub(crate) mod attn_f16 {
+    use std::arch::x86_64::*;
+
+    /// Sixteen f16 values at `p`, widened to two vectors of eight `f32`.
+    ///
+    /// # Safety
+    /// F16C and AVX must be present and `p..p + 16` readable.
+    #[inline(always)]
+    unsafe fn load16(p: *const u16) -> (__m256, __m256) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let raw = _mm256_loadu_si256(p.cast());
+            (
+                _mm256_cvtph_ps(_mm256_castsi256_si128(raw)),
+                _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(raw)),
+            )
+        }
+    }
+
+    /// Scores of four query rows (`qs`, four rows of `hd`) against one block of sixteen keys
+    /// (`kt`: `hd` rows of sixteen f16 lanes): `out[r][l] = sum_d qs[r][d] * kt[d][l]`,
+    /// summed in `d` order with fused multiply-adds.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn scores(qs: &[f32], kt: &[u16], hd: usize) -> [[f32; 16]; 4] {
+        assert!(qs.len() >= 4 * hd && kt.len() >= 16 * hd);
+        let mut out = [[0f32; 16]; 4];
+        // SAFETY: AVX2, FMA and F16C are present (the caller's contract); the assert above
+        // bounds every read: `d < hd`, so `16 * d + 16 <= kt.len()` and `r * hd + d < 4 * hd`.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for d in 0..hd {
+                let (k0, k1) = load16(kt.as_ptr().add(16 * d));
+                for r in 0..4 {
+                    let q = _mm256_set1_ps(*qs.get_unchecked(r * hd + d));
+                    acc[r][0] = _mm256_fmadd_ps(q, k0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(q, k1, acc[r][1]);
+                }
+            }
+            for r in 0..4 {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r][0]);
+                _mm256_storeu_ps(out[r].as_mut_ptr().add(8), acc[r][1]);
+            }
+        }
+        out
+    }
+
+    /// Adds to four query rows' outputs (`acc`, four rows of `hd`) the values of the keys
+    /// `lanes` of one block weighted by their probabilities: `acc[r][d] += probs[r][l] *
+    /// v[l][d]` for `l` in order, with fused multiply-adds; value row `l` starts at `l *
+    /// stride` in `v`. `hd` is a multiple of 16.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn add_weighted_values(
+        probs: &[[f32; 16]; 4],
+        lanes: std::ops::Range<usize>,
+        v: &[u16],
+        stride: usize,
+        hd: usize,
+        acc: &mut [f32],
+    ) {
+        assert!(hd.is_multiple_of(16) && acc.len() >= 4 * hd && lanes.end <= 16);
+        if lanes.is_empty() {
+            return;
+        }
+        assert!((lanes.end - 1) * stride + hd <= v.len());
+        // SAFETY: AVX2, FMA and F16C are present (the caller's contract); the asserts above
+        // bound every access: value rows `l < lanes.end` end within `v`, `d0 + 16 <= hd`, and
+        // `r * hd + d0 + 16 <= 4 * hd <= acc.len()`.
+        unsafe {
+            for d0 in (0..hd).step_by(16) {
+                let mut a = [[_mm256_setzero_ps(); 2]; 4];
+                for r in 0..4 {
+                    let p = acc.as_ptr().add(r * hd + d0);
+                    a[r] = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))];
+                }
+                for l in lanes.clone() {
+                    let (v0, v1) = load16(v.as_ptr().add(l * stride + d0));
+                    for r in 0..4 {
+                        let p = _mm256_set1_ps(*probs.get_unchecked(r).get_unchecked(l));
+                        a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
+                        a[r][1] = _mm256_fmadd_ps(p, v1, a[r][1]);
+                    }
+                }
+                for r in 0..4 {
+                    let p = acc.as_mut_ptr().add(r * hd + d0);
+                    _mm256_storeu_ps(p, a[r][0]);
+                    _mm256_storeu_ps(p.add(8), a[r][1]);
+                }
+            }
+        }
+    }
+}

@@ -164,3 +164,56 @@ fn snapshots_are_independent_and_positions_rewind() {
     assert!(m.forward(&[1], 99).is_err());
     assert!(m.forward(&[], 0).is_err());
 }
+
+/// Long prompts (real text: the Apache License 2.0 of this repository, cut at several
+/// lengths that cross many key blocks and chunks of the attention and the 512-token passes):
+/// the logits after the prompt and over four greedy steps stay within the tolerance, and the
+/// greedy tokens match except at a numerical tie.
+#[test]
+fn long_prompts_match_candle() {
+    let Some(path) = models().into_iter().next() else {
+        eprintln!("!!!!!! SKIPPING: no SmolLM2 GGUF in models/ (scripts/fetch-models.sh)");
+        return;
+    };
+    let engine = Engine::load(&path, &LoadOptions::default()).unwrap();
+    let shared = engine.shared();
+    drop(engine);
+    let license =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../LICENSE"))
+            .unwrap();
+    let all = shared.encode(&license).unwrap();
+    assert!(all.len() > 1_900, "{} tokens", all.len());
+    let mut reference = candle_model(&path);
+    let mut fast = fast_model(&path);
+    let mut worst = 0f32;
+    for n in [300, 700] {
+        let toks = &all[..n];
+        reference.clear_kv_cache();
+        fast.reset();
+        let mut a = candle_logits(&mut reference, toks, 0);
+        let mut b = fast.forward(toks, 0).unwrap();
+        let mut pos = n;
+        for step in 0..4 {
+            let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = a
+                .iter()
+                .zip(&b)
+                .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            worst = worst.max(diff / scale);
+            let (ta, tb) = (argmax(&a), argmax(&b));
+            if ta != tb {
+                let margin = a[ta as usize] - a[tb as usize];
+                assert!(
+                    margin <= diff,
+                    "{n} tokens, step {step}: greedy choice differs by {margin}"
+                );
+                break;
+            }
+            a = candle_logits(&mut reference, &[ta], pos);
+            b = fast.forward(&[tb], pos).unwrap();
+            pos += 1;
+        }
+    }
+    eprintln!("long prompts: largest relative logit difference {worst:.4}");
+    assert!(worst <= TOLERANCE, "logits differ by {worst}");
+}

@@ -1,0 +1,879 @@
+//! The decoder's causal attention over its KV cache, flash-style.
+//!
+//! **The cache** ([`KvCache`], one per layer) holds keys and values as IEEE half floats, as
+//! llama.cpp does by default: half the memory of `f32` and half the bytes to read per decoded
+//! token, which is what decode at depth is bound by. Keys are stored transposed by blocks of
+//! [`KEY_BLOCK`] positions, so that one vector load gives one dimension of sixteen keys;
+//! values one row per position.
+//!
+//! **The computation** never builds a score matrix. Query rows (a token and one of the query
+//! heads sharing a key/value head) go in tiles of four; for each block of sixteen keys the
+//! tile's scores are accumulated in registers along the head's dimensions, each row's running
+//! maximum and normalizer are updated (online softmax), and the weighted values are added to
+//! its output in registers. Keys are grouped in chunks of [`KEY_CHUNK`]: each chunk is
+//! computed from scratch and the chunks are merged in order, so that decoding one token deep
+//! in the cache can be split over threads by chunks.
+//!
+//! **The order is fixed.** Block and chunk boundaries are at fixed positions, each row's keys
+//! are summed in position order, and a row's arithmetic never depends on the other rows of its
+//! tile, its batch, the split over threads, or whether its token came in a prefill or a
+//! decode step. So a sequence's output is bit for bit the same alone or batched, and a prompt
+//! gives the same cache whether it was prefilled in one pass or several. The AVX2 blocks and
+//! the scalar ones perform the same fused multiply-adds in the same order (tested bit for
+//! bit).
+
+// Index loops address the tile's rows, lanes and dimensions in several arrays at once.
+#![allow(clippy::needless_range_loop)]
+
+use crate::ops::exp_approx;
+use half::f16;
+use parking_lot::Mutex;
+use std::ops::Range;
+
+/// Key positions per block of the transposed key cache (and per block of scores).
+pub(crate) const KEY_BLOCK: usize = 16;
+/// Key positions per chunk: the unit of the online softmax's merges, and of the split of one
+/// row's keys over threads.
+pub(crate) const KEY_CHUNK: usize = 256;
+/// Query rows computed together.
+const TILE: usize = 4;
+/// Tokens per unit of attention work during prefill.
+const ATTN_ROWS: usize = 32;
+/// Below this many (query head, key) pairs in a pass, attention runs on the calling thread.
+const ATTN_PARALLEL_MIN: usize = 16_384;
+/// The largest finite half float: larger keys and values are stored as it (not as infinity,
+/// which would turn a zero probability times the value into NaN).
+const F16_MAX: f32 = 65_504.0;
+
+/// `x` as the bits of the nearest half float, saturated to the finite range.
+fn to_f16(x: f32) -> u16 {
+    f16::from_f32(x.clamp(-F16_MAX, F16_MAX)).to_bits()
+}
+
+/// The `f32` value of half-float bits (exact).
+fn from_f16(b: u16) -> f32 {
+    f16::from_bits(b).to_f32()
+}
+
+/// One layer's cached keys and values, as half floats.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KvCache {
+    /// Keys by blocks of [`KEY_BLOCK`] positions: block `b` of key/value head `g` starts at
+    /// `(b * kv_heads + g) * hd * KEY_BLOCK` and holds `hd` rows of [`KEY_BLOCK`] lanes, lane
+    /// `i` being position `b * KEY_BLOCK + i`. The last block's lanes past `len` hold zeros
+    /// or stale keys and are never used.
+    k: Vec<u16>,
+    /// Values: `kv_heads * hd` per position.
+    v: Vec<u16>,
+    /// Cached positions.
+    len: usize,
+}
+
+impl KvCache {
+    /// Cached positions.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes held (capacity included).
+    pub(crate) fn bytes(&self) -> usize {
+        (self.k.capacity() + self.v.capacity()) * std::mem::size_of::<u16>()
+    }
+
+    /// Keeps the first `len` positions (keeping the memory).
+    pub(crate) fn truncate(&mut self, len: usize, kv_dim: usize) {
+        let len = len.min(self.len);
+        self.k
+            .truncate(len.div_ceil(KEY_BLOCK) * KEY_BLOCK * kv_dim);
+        self.v.truncate(len * kv_dim);
+        self.len = len;
+    }
+
+    /// A copy of the first `len` positions, holding only their memory.
+    pub(crate) fn prefix(&self, len: usize, kv_dim: usize) -> KvCache {
+        let len = len.min(self.len);
+        KvCache {
+            k: self.k[..len.div_ceil(KEY_BLOCK) * KEY_BLOCK * kv_dim].to_vec(),
+            v: self.v[..len * kv_dim].to_vec(),
+            len,
+        }
+    }
+
+    /// Appends the keys and values of new positions (`kv_heads * hd` each, row by row).
+    pub(crate) fn append(&mut self, keys: &[f32], values: &[f32], kv_heads: usize, hd: usize) {
+        let kv = kv_heads * hd;
+        let n = keys.len() / kv;
+        let total = self.len + n;
+        let k_len = total.div_ceil(KEY_BLOCK) * KEY_BLOCK * kv;
+        if self.k.capacity() < k_len || self.v.capacity() < total * kv {
+            // Exact growth with headroom: `reserve` would double the capacity, which at long
+            // contexts keeps up to half the cache unused.
+            let want = total + 256;
+            self.k
+                .reserve_exact((want * kv).saturating_sub(self.k.len()));
+            self.v
+                .reserve_exact((want * kv).saturating_sub(self.v.len()));
+        }
+        if self.k.len() < k_len {
+            self.k.resize(k_len, 0);
+        }
+        for (i, kr) in keys.chunks_exact(kv).enumerate() {
+            let j = self.len + i;
+            let (b, lane) = (j / KEY_BLOCK, j % KEY_BLOCK);
+            for (g, kh) in kr.chunks_exact(hd).enumerate() {
+                let base = (b * kv_heads + g) * hd * KEY_BLOCK + lane;
+                for (d, &x) in kh.iter().enumerate() {
+                    self.k[base + d * KEY_BLOCK] = to_f16(x);
+                }
+            }
+        }
+        self.v.extend(values[..n * kv].iter().map(|&x| to_f16(x)));
+        self.len = total;
+    }
+
+    /// The transposed keys of block `b` of key/value head `g`.
+    fn key_block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> &[u16] {
+        let at = (b * kv_heads + g) * hd * KEY_BLOCK;
+        &self.k[at..at + hd * KEY_BLOCK]
+    }
+}
+
+/// The attention heads' shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttnShape {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (each shared by `heads / kv_heads` query heads).
+    pub kv_heads: usize,
+    /// Dimensions per head.
+    pub hd: usize,
+    /// The scores' scale.
+    pub scale: f32,
+}
+
+impl AttnShape {
+    fn group(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+}
+
+/// One sequence's view for [`attention`]: its cache (new positions already appended) and
+/// where its new rows lie in the batch.
+pub(crate) struct AttnSeq<'a> {
+    /// The layer's cache.
+    pub cache: &'a KvCache,
+    /// Position of its first new row.
+    pub pos: usize,
+    /// Its rows in the stacked queries and outputs.
+    pub rows: Range<usize>,
+}
+
+/// A unit of work: key/value head `g` of sequence `seq`, its tokens `r0..r0 + tokens`, over
+/// the key chunks `chunks`. The first unit of a (sequence, head, tokens) triple folds its
+/// chunks into one state per query row; later units (a row's keys split over threads) keep
+/// one state per chunk, folded in order afterwards.
+struct Unit {
+    seq: usize,
+    g: usize,
+    r0: usize,
+    tokens: usize,
+    chunks: Range<usize>,
+    first: bool,
+}
+
+impl Unit {
+    /// States kept per query row.
+    fn states(&self) -> usize {
+        if self.first {
+            1
+        } else {
+            self.chunks.len()
+        }
+    }
+}
+
+/// Floats per saved state: the maximum, the normalizer, the `hd` outputs.
+fn state_len(hd: usize) -> usize {
+    hd + 2
+}
+
+/// Causal attention of every sequence's new rows over its own cache; with a `window`, a row
+/// at position `p` sees only positions `p - window + 1 ..= p`.
+pub(crate) fn attention(
+    shape: &AttnShape,
+    q: &[f32],
+    seqs: &[AttnSeq<'_>],
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    let pool = crate::pool::global();
+    attention_with(
+        simd_available(),
+        pool.threads(),
+        shape,
+        q,
+        seqs,
+        window,
+        out,
+    );
+}
+
+/// Whether the AVX2/F16C blocks run.
+fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::detected_isa() != crate::Isa::Scalar && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`attention`] with the SIMD blocks or the scalar ones, its work split as for `threads`
+/// threads (the result does not depend on either); it runs on the pool's threads.
+fn attention_with(
+    simd: bool,
+    threads: usize,
+    shape: &AttnShape,
+    q: &[f32],
+    seqs: &[AttnSeq<'_>],
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    let (hd, group) = (shape.hd, shape.group());
+    let qd = shape.heads * hd;
+    // Base units: (sequence, key/value head, block of tokens), with the chunks their rows see.
+    let mut base: Vec<Unit> = Vec::new();
+    let mut pairs = 0usize;
+    for (si, s) in seqs.iter().enumerate() {
+        let t_n = s.rows.len();
+        pairs += shape.heads * t_n * (s.pos + t_n);
+        for r0 in (0..t_n).step_by(ATTN_ROWS) {
+            let tokens = ATTN_ROWS.min(t_n - r0);
+            let lo = window.map_or(0, |w| (s.pos + r0 + 1).saturating_sub(w));
+            let hi = s.pos + r0 + tokens;
+            for g in 0..shape.kv_heads {
+                base.push(Unit {
+                    seq: si,
+                    g,
+                    r0,
+                    tokens,
+                    chunks: lo / KEY_CHUNK..hi.div_ceil(KEY_CHUNK),
+                    first: true,
+                });
+            }
+        }
+    }
+    let parallel = pairs >= ATTN_PARALLEL_MIN && threads > 1;
+    // Too few units to keep every thread busy (decoding one or two sequences): split each
+    // one's chunks into contiguous pieces.
+    let pieces = if parallel && base.len() < 2 * threads {
+        (2 * threads).div_ceil(base.len().max(1))
+    } else {
+        1
+    };
+    let mut units: Vec<Unit> = Vec::with_capacity(base.len() * pieces);
+    let mut owners: Vec<usize> = Vec::with_capacity(base.len() * pieces);
+    for (bi, u) in base.iter().enumerate() {
+        let per = u.chunks.len().div_ceil(pieces).max(1);
+        let mut c = u.chunks.start;
+        loop {
+            let end = (c + per).min(u.chunks.end);
+            units.push(Unit {
+                chunks: c..end,
+                first: c == u.chunks.start,
+                ..*u
+            });
+            owners.push(bi);
+            c = end;
+            if c >= u.chunks.end {
+                break;
+            }
+        }
+    }
+    let results: Vec<Mutex<Vec<f32>>> = units
+        .iter()
+        .map(|u| Mutex::new(vec![0f32; u.tokens * group * u.states() * state_len(hd)]))
+        .collect();
+    let run_unit = |ui: usize, scratch: &mut Scratch| {
+        let u = &units[ui];
+        unit_states(
+            simd,
+            shape,
+            q,
+            &seqs[u.seq],
+            u,
+            window,
+            scratch,
+            &mut results[ui].lock(),
+        );
+    };
+    let pool = crate::pool::global();
+    if parallel && units.len() > 1 && pool.threads() > 1 {
+        let n = pool.threads().min(units.len());
+        pool.run(&|tid| {
+            if tid >= n {
+                return;
+            }
+            let mut scratch = Scratch::new(hd);
+            for ui in (tid..units.len()).step_by(n) {
+                run_unit(ui, &mut scratch);
+            }
+        });
+    } else {
+        let mut scratch = Scratch::new(hd);
+        for ui in 0..units.len() {
+            run_unit(ui, &mut scratch);
+        }
+    }
+    // Fold each row's states in chunk order and normalize.
+    let sl = state_len(hd);
+    let mut acc = vec![0f32; sl];
+    let mut ui = 0;
+    while ui < units.len() {
+        let bi = owners[ui];
+        let end = owners[ui..]
+            .iter()
+            .position(|&o| o != bi)
+            .map_or(units.len(), |p| ui + p);
+        let u = &units[ui];
+        let s = &seqs[u.seq];
+        for fr in 0..u.tokens * group {
+            let first = results[ui].lock();
+            acc.copy_from_slice(&first[fr * sl..(fr + 1) * sl]);
+            drop(first);
+            for later in ui + 1..end {
+                let res = results[later].lock();
+                let k = units[later].states();
+                for c in 0..k {
+                    let at = (fr * k + c) * sl;
+                    merge_saved(&mut acc, &res[at..at + sl]);
+                }
+            }
+            let (t, e) = (u.r0 + fr / group, fr % group);
+            let h = u.g * group + e;
+            let row = s.rows.start + t;
+            let inv = 1.0 / acc[1];
+            for (o, a) in out[row * qd + h * hd..row * qd + (h + 1) * hd]
+                .iter_mut()
+                .zip(&acc[2..])
+            {
+                *o = a * inv;
+            }
+        }
+        ui = end;
+    }
+}
+
+/// Merges a saved state `b` (maximum, normalizer, outputs) into `a`, as [`TileState::merge`]
+/// merges one row.
+fn merge_saved(a: &mut [f32], b: &[f32]) {
+    let (ma, mb) = (a[0], b[0]);
+    if mb == f32::NEG_INFINITY {
+        return;
+    }
+    if ma == f32::NEG_INFINITY {
+        a.copy_from_slice(b);
+        return;
+    }
+    let m = ma.max(mb);
+    let (fa, fb) = (exp_approx(ma - m), exp_approx(mb - m));
+    a[0] = m;
+    a[1] = a[1] * fa + b[1] * fb;
+    for (x, y) in a[2..].iter_mut().zip(&b[2..]) {
+        *x = *x * fa + *y * fb;
+    }
+}
+
+/// Per-thread buffers: one tile's queries and two states.
+struct Scratch {
+    q: Vec<f32>,
+    chunk: TileState,
+    fold: TileState,
+}
+
+impl Scratch {
+    fn new(hd: usize) -> Scratch {
+        Scratch {
+            q: vec![0f32; TILE * hd],
+            chunk: TileState::new(hd),
+            fold: TileState::new(hd),
+        }
+    }
+}
+
+/// The online softmax's state of a tile's rows: per row the largest score so far, the sum of
+/// the exponentials relative to it, and the outputs weighted by them.
+struct TileState {
+    m: [f32; TILE],
+    l: [f32; TILE],
+    acc: Vec<f32>,
+}
+
+impl TileState {
+    fn new(hd: usize) -> TileState {
+        TileState {
+            m: [f32::NEG_INFINITY; TILE],
+            l: [0.0; TILE],
+            acc: vec![0f32; TILE * hd],
+        }
+    }
+
+    /// Back to no keys seen.
+    fn clear(&mut self) {
+        self.m = [f32::NEG_INFINITY; TILE];
+        self.l = [0.0; TILE];
+        self.acc.fill(0.0);
+    }
+
+    /// Row `r` as a saved state into `dst` (maximum, normalizer, outputs).
+    fn save(&self, r: usize, hd: usize, dst: &mut [f32]) {
+        dst[0] = self.m[r];
+        dst[1] = self.l[r];
+        dst[2..].copy_from_slice(&self.acc[r * hd..(r + 1) * hd]);
+    }
+
+    /// Merges row `r` of `other` into row `r` of this state: both maxima and normalizers
+    /// rescaled to the larger maximum. A row that has seen no keys changes nothing.
+    fn merge(&mut self, other: &TileState, r: usize, hd: usize) {
+        let (ma, mb) = (self.m[r], other.m[r]);
+        if mb == f32::NEG_INFINITY {
+            return;
+        }
+        let (a, b) = (
+            &mut self.acc[r * hd..(r + 1) * hd],
+            &other.acc[r * hd..(r + 1) * hd],
+        );
+        if ma == f32::NEG_INFINITY {
+            self.m[r] = mb;
+            self.l[r] = other.l[r];
+            a.copy_from_slice(b);
+            return;
+        }
+        let m = ma.max(mb);
+        let (fa, fb) = (exp_approx(ma - m), exp_approx(mb - m));
+        self.m[r] = m;
+        self.l[r] = self.l[r] * fa + other.l[r] * fb;
+        for (x, y) in a.iter_mut().zip(b) {
+            *x = *x * fa + *y * fb;
+        }
+    }
+}
+
+/// Computes one unit: for each tile of its query rows, the states over its chunks (folded
+/// into one for a first unit, one per chunk otherwise), into `dst` (row by row).
+#[allow(clippy::too_many_arguments)]
+fn unit_states(
+    simd: bool,
+    shape: &AttnShape,
+    q: &[f32],
+    s: &AttnSeq<'_>,
+    u: &Unit,
+    window: Option<usize>,
+    scratch: &mut Scratch,
+    dst: &mut [f32],
+) {
+    let (hd, group) = (shape.hd, shape.group());
+    let qd = shape.heads * hd;
+    let sl = state_len(hd);
+    let rows = u.tokens * group;
+    let k = u.states();
+    for f0 in (0..rows).step_by(TILE) {
+        // The tile's rows: their queries, and the keys each sees (`first..n`).
+        let mut span: [Range<usize>; TILE] = std::array::from_fn(|_| 0..0);
+        scratch.q.fill(0.0);
+        for r in 0..TILE.min(rows - f0) {
+            let fr = f0 + r;
+            let (t, e) = (u.r0 + fr / group, fr % group);
+            let h = u.g * group + e;
+            let row = s.rows.start + t;
+            scratch.q[r * hd..(r + 1) * hd].copy_from_slice(&q[row * qd + h * hd..][..hd]);
+            let n = s.pos + t + 1;
+            span[r] = window.map_or(0, |w| n.saturating_sub(w))..n;
+        }
+        let live = TILE.min(rows - f0);
+        let lo = span[..live].iter().map(|x| x.start).min().unwrap_or(0);
+        let hi = span[..live].iter().map(|x| x.end).max().unwrap_or(0);
+        scratch.fold.clear();
+        for (ci, c) in u.chunks.clone().enumerate() {
+            let keys = (c * KEY_CHUNK).max(lo)..((c + 1) * KEY_CHUNK).min(hi);
+            scratch.chunk.clear();
+            if !keys.is_empty() {
+                chunk_state(
+                    simd,
+                    shape,
+                    s.cache,
+                    u.g,
+                    &scratch.q,
+                    &span,
+                    keys,
+                    &mut scratch.chunk,
+                );
+            }
+            if u.first {
+                for r in 0..live {
+                    scratch.fold.merge(&scratch.chunk, r, hd);
+                }
+            } else {
+                for r in 0..live {
+                    let at = ((f0 + r) * k + ci) * sl;
+                    scratch.chunk.save(r, hd, &mut dst[at..at + sl]);
+                }
+            }
+        }
+        if u.first {
+            for r in 0..live {
+                let at = (f0 + r) * sl;
+                scratch.fold.save(r, hd, &mut dst[at..at + sl]);
+            }
+        }
+    }
+}
+
+/// The state of a tile's rows over `keys` (within one chunk), from no keys seen: block by
+/// block, the scores, each row's online-softmax update, the weighted values. Row `r` uses
+/// only the keys of `span[r]`.
+#[allow(clippy::too_many_arguments)]
+fn chunk_state(
+    simd: bool,
+    shape: &AttnShape,
+    cache: &KvCache,
+    g: usize,
+    qs: &[f32],
+    span: &[Range<usize>; TILE],
+    keys: Range<usize>,
+    st: &mut TileState,
+) {
+    let (hd, kv_heads) = (shape.hd, shape.kv_heads);
+    let kv = kv_heads * hd;
+    for b in keys.start / KEY_BLOCK..keys.end.div_ceil(KEY_BLOCK) {
+        let j0 = b * KEY_BLOCK;
+        let kt = cache.key_block(b, g, kv_heads, hd);
+        let mut p = scores_block(simd, qs, kt, hd);
+        for r in 0..TILE {
+            let valid = span[r].start.max(j0).saturating_sub(j0)
+                ..span[r].end.min(j0 + KEY_BLOCK).saturating_sub(j0);
+            softmax_step(
+                &mut p[r],
+                valid,
+                shape.scale,
+                &mut st.m[r],
+                &mut st.l[r],
+                &mut st.acc[r * hd..(r + 1) * hd],
+            );
+        }
+        let lanes = keys.start.max(j0) - j0..keys.end.min(j0 + KEY_BLOCK) - j0;
+        let v = &cache.v[j0 * kv + g * hd..];
+        add_values_block(simd, &p, lanes, v, kv, hd, &mut st.acc);
+    }
+}
+
+/// One row's online-softmax update over one block: `s` holds the block's raw scores and
+/// becomes the probabilities to weight the values with (zero outside `valid`). The largest
+/// score, the normalizer and the outputs are rescaled when the maximum grows; a block with no
+/// valid key changes nothing.
+fn softmax_step(
+    s: &mut [f32; KEY_BLOCK],
+    valid: Range<usize>,
+    scale: f32,
+    m: &mut f32,
+    l: &mut f32,
+    acc: &mut [f32],
+) {
+    if valid.is_empty() {
+        s.fill(0.0);
+        return;
+    }
+    let mut bm = f32::NEG_INFINITY;
+    for x in &mut s[valid.clone()] {
+        *x *= scale;
+        bm = bm.max(*x);
+    }
+    let m_new = m.max(bm);
+    let f = if *m == f32::NEG_INFINITY {
+        0.0
+    } else {
+        exp_approx(*m - m_new)
+    };
+    let mut e = [0f32; KEY_BLOCK];
+    for (y, x) in e.iter_mut().zip(s.iter()) {
+        *y = exp_approx(*x - m_new);
+    }
+    let mut sum = 0f32;
+    for (i, (x, y)) in s.iter_mut().zip(e).enumerate() {
+        *x = if valid.contains(&i) { y } else { 0.0 };
+    }
+    for x in &s[valid] {
+        sum += x;
+    }
+    *l = *l * f + sum;
+    if f != 1.0 {
+        acc.iter_mut().for_each(|a| *a *= f);
+    }
+    *m = m_new;
+}
+
+/// [`crate::x86::attn_f16::scores`] on any CPU: the same fused multiply-adds in the same
+/// order.
+fn scores_block(simd: bool, qs: &[f32], kt: &[u16], hd: usize) -> [[f32; KEY_BLOCK]; TILE] {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is set only when this CPU has AVX2, FMA and F16C (`simd_available`).
+        return unsafe { crate::x86::attn_f16::scores(qs, kt, hd) };
+    }
+    let _ = simd;
+    let mut acc = [[0f32; KEY_BLOCK]; TILE];
+    for d in 0..hd {
+        for l in 0..KEY_BLOCK {
+            let k = from_f16(kt[d * KEY_BLOCK + l]);
+            for r in 0..TILE {
+                acc[r][l] = qs[r * hd + d].mul_add(k, acc[r][l]);
+            }
+        }
+    }
+    acc
+}
+
+/// [`crate::x86::attn_f16::add_weighted_values`] on any CPU: the same fused multiply-adds in
+/// the same order.
+fn add_values_block(
+    simd: bool,
+    probs: &[[f32; KEY_BLOCK]; TILE],
+    lanes: Range<usize>,
+    v: &[u16],
+    stride: usize,
+    hd: usize,
+    acc: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if simd && hd.is_multiple_of(16) {
+        // SAFETY: `simd` is set only when this CPU has AVX2, FMA and F16C (`simd_available`).
+        unsafe { crate::x86::attn_f16::add_weighted_values(probs, lanes, v, stride, hd, acc) };
+        return;
+    }
+    let _ = simd;
+    for l in lanes {
+        let vr = &v[l * stride..l * stride + hd];
+        for r in 0..TILE {
+            let p = probs[r][l];
+            for (a, &x) in acc[r * hd..(r + 1) * hd].iter_mut().zip(vr) {
+                *a = p.mul_add(from_f16(x), *a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn noise(seed: u64, n: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// Plain softmax attention in f64 over the cache's half floats: the exact result the
+    /// blocks approximate.
+    fn exact(
+        shape: &AttnShape,
+        q: &[f32],
+        seqs: &[AttnSeq<'_>],
+        keys: &[Vec<f32>],
+        values: &[Vec<f32>],
+        window: Option<usize>,
+    ) -> Vec<f64> {
+        let (hd, group) = (shape.hd, shape.group());
+        let (qd, kv) = (shape.heads * hd, shape.kv_heads * hd);
+        let rows: usize = seqs.iter().map(|s| s.rows.len()).sum();
+        let mut out = vec![0f64; rows * qd];
+        let r16 = |x: f32| from_f16(to_f16(x)) as f64;
+        for (si, s) in seqs.iter().enumerate() {
+            for t in 0..s.rows.len() {
+                let n = s.pos + t + 1;
+                let first = window.map_or(0, |w| n.saturating_sub(w));
+                let row = s.rows.start + t;
+                for h in 0..shape.heads {
+                    let g = h / group;
+                    let qv = &q[row * qd + h * hd..row * qd + (h + 1) * hd];
+                    let sc: Vec<f64> = (first..n)
+                        .map(|j| {
+                            let kr = &keys[si][j * kv + g * hd..j * kv + (g + 1) * hd];
+                            qv.iter()
+                                .zip(kr)
+                                .map(|(a, b)| *a as f64 * r16(*b))
+                                .sum::<f64>()
+                                * shape.scale as f64
+                        })
+                        .collect();
+                    let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for (i, j) in (first..n).enumerate() {
+                        let vr = &values[si][j * kv + g * hd..j * kv + (g + 1) * hd];
+                        for d in 0..hd {
+                            out[row * qd + h * hd + d] += e[i] / z * r16(vr[d]);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn cache_stores_half_floats_transposed_and_truncates() {
+        let (kv_heads, hd) = (2, 4);
+        let kv = kv_heads * hd;
+        let mut c = KvCache::default();
+        let keys: Vec<f32> = (0..20 * kv).map(|i| i as f32).collect();
+        let values: Vec<f32> = (0..20 * kv).map(|i| -(i as f32) * 0.5).collect();
+        c.append(&keys[..7 * kv], &values[..7 * kv], kv_heads, hd);
+        c.append(&keys[7 * kv..], &values[7 * kv..], kv_heads, hd);
+        assert_eq!(c.len(), 20);
+        for j in 0..20 {
+            for g in 0..kv_heads {
+                let kt = c.key_block(j / KEY_BLOCK, g, kv_heads, hd);
+                for d in 0..hd {
+                    assert_eq!(
+                        from_f16(kt[d * KEY_BLOCK + j % KEY_BLOCK]),
+                        keys[j * kv + g * hd + d]
+                    );
+                    assert_eq!(
+                        from_f16(c.v[j * kv + g * hd + d]),
+                        values[j * kv + g * hd + d]
+                    );
+                }
+            }
+        }
+        let p = c.prefix(17, kv);
+        assert_eq!(p.len(), 17);
+        assert_eq!(p.k.len(), 2 * KEY_BLOCK * kv);
+        assert_eq!(p.v.len(), 17 * kv);
+        c.truncate(5, kv);
+        assert_eq!((c.len(), c.v.len()), (5, 5 * kv));
+        // Saturated, not infinite; NaN stays NaN.
+        assert_eq!(from_f16(to_f16(1e9)), F16_MAX);
+        assert_eq!(from_f16(to_f16(-1e9)), -F16_MAX);
+        assert!(from_f16(to_f16(f32::NAN)).is_nan());
+    }
+
+    #[test]
+    fn blocks_match_exact_attention_and_are_the_same_bits_in_any_batch_split_or_isa() {
+        // SmolLM2's heads (9 over 3, 64 wide), Gemma 3's (4 over 1, 256 wide) with a sliding
+        // window, one query head per key/value head, 8-wide heads (scalar values path);
+        // sequences from prefill (many rows, several row blocks and chunks) to decode (one
+        // row deep in the cache), alone and batched.
+        let cases: [(usize, usize, usize, Option<usize>); 4] = [
+            (9, 3, 64, None),
+            (4, 1, 256, Some(300)),
+            (4, 4, 16, None),
+            (6, 2, 8, Some(24)),
+        ];
+        let simd_here = simd_available();
+        for (ci, &(heads, kv_heads, hd, window)) in cases.iter().enumerate() {
+            let shape = AttnShape {
+                heads,
+                kv_heads,
+                hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let (qd, kv) = (heads * hd, kv_heads * hd);
+            let shapes: [(usize, usize); 4] = [(0, 70), (300, 1), (21, 7), (1100, 1)];
+            let mut keys = Vec::new();
+            let mut values = Vec::new();
+            let mut caches = Vec::new();
+            for (i, &(pos, t_n)) in shapes.iter().enumerate() {
+                let n = (pos + t_n) * kv;
+                // Keys scaled up so that the softmax is peaked and the maxima move.
+                let k: Vec<f32> = noise(7 * i as u64 + 1, n).iter().map(|x| x * 4.0).collect();
+                let v = noise(7 * i as u64 + 2, n);
+                let mut c = KvCache::default();
+                // Cached in two appends, as a prompt and its continuation.
+                let cut = (pos / 2) * kv;
+                c.append(&k[..cut], &v[..cut], kv_heads, hd);
+                c.append(&k[cut..], &v[cut..], kv_heads, hd);
+                keys.push(k);
+                values.push(v);
+                caches.push(c);
+            }
+            let mut start = 0;
+            let seqs: Vec<AttnSeq<'_>> = shapes
+                .iter()
+                .zip(&caches)
+                .map(|(&(pos, t_n), c)| {
+                    let s = AttnSeq {
+                        cache: c,
+                        pos,
+                        rows: start..start + t_n,
+                    };
+                    start += t_n;
+                    s
+                })
+                .collect();
+            let q = noise(99 + ci as u64, start * qd);
+            let want = exact(&shape, &q, &seqs, &keys, &values, window);
+            let mut scalar = vec![0f32; start * qd];
+            attention_with(false, 1, &shape, &q, &seqs, window, &mut scalar);
+            let worst = scalar
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - b).abs())
+                .fold(0.0, f64::max);
+            assert!(worst < 2e-5, "case {ci}: {worst} from exact attention");
+            for threads in [1, 2, 3, 16] {
+                for simd in [false, simd_here] {
+                    let mut o = vec![1f32; start * qd];
+                    attention_with(simd, threads, &shape, &q, &seqs, window, &mut o);
+                    assert!(o == scalar, "case {ci}: {threads} threads, simd {simd}");
+                }
+            }
+            // Each sequence alone gives its rows of the batch; so does each of its rows fed
+            // one at a time (decode) over the same cache.
+            for s in &seqs {
+                let qs = &q[s.rows.start * qd..s.rows.end * qd];
+                let alone = [AttnSeq {
+                    cache: s.cache,
+                    pos: s.pos,
+                    rows: 0..s.rows.len(),
+                }];
+                let mut o = vec![0f32; qs.len()];
+                attention_with(simd_here, 2, &shape, qs, &alone, window, &mut o);
+                assert!(
+                    o == scalar[s.rows.start * qd..s.rows.end * qd],
+                    "case {ci}: a sequence alone differs from its rows in the batch"
+                );
+                for t in 0..s.rows.len() {
+                    let one = [AttnSeq {
+                        cache: s.cache,
+                        pos: s.pos + t,
+                        rows: 0..1,
+                    }];
+                    let mut o = vec![0f32; qd];
+                    attention_with(
+                        simd_here,
+                        2,
+                        &shape,
+                        &qs[t * qd..(t + 1) * qd],
+                        &one,
+                        window,
+                        &mut o,
+                    );
+                    assert!(
+                        o == scalar[(s.rows.start + t) * qd..(s.rows.start + t + 1) * qd],
+                        "case {ci}: row {t} alone differs"
+                    );
+                }
+            }
+        }
+    }
+}
