@@ -29,6 +29,7 @@ use crate::ops::exp_approx;
 use half::f16;
 use parking_lot::Mutex;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Key positions per block of the transposed key cache (and per block of scores).
 pub(crate) const KEY_BLOCK: usize = 16;
@@ -56,15 +57,16 @@ fn from_f16(b: u16) -> f32 {
 }
 
 /// One layer's cached keys and values, as half floats.
+///
+/// Stored by blocks of [`KEY_BLOCK`] positions and key/value heads: block `b` of head `g`
+/// starts at `(b * kv_heads + g) * 2 * hd * KEY_BLOCK` and holds the keys transposed (`hd`
+/// rows of [`KEY_BLOCK`] lanes, lane `i` being position `b * KEY_BLOCK + i`), then the values
+/// ([`KEY_BLOCK`] rows of `hd`). What one head's attention reads for sixteen positions is one
+/// contiguous 4 KiB (at 64 dimensions), read in order. The last block's lanes past `len` hold
+/// zeros or stale entries and are never used.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KvCache {
-    /// Keys by blocks of [`KEY_BLOCK`] positions: block `b` of key/value head `g` starts at
-    /// `(b * kv_heads + g) * hd * KEY_BLOCK` and holds `hd` rows of [`KEY_BLOCK`] lanes, lane
-    /// `i` being position `b * KEY_BLOCK + i`. The last block's lanes past `len` hold zeros
-    /// or stale keys and are never used.
-    k: Vec<u16>,
-    /// Values: `kv_heads * hd` per position.
-    v: Vec<u16>,
+    data: Vec<u16>,
     /// Cached positions.
     len: usize,
 }
@@ -78,15 +80,18 @@ impl KvCache {
 
     /// Bytes held (capacity included).
     pub(crate) fn bytes(&self) -> usize {
-        (self.k.capacity() + self.v.capacity()) * std::mem::size_of::<u16>()
+        self.data.capacity() * std::mem::size_of::<u16>()
+    }
+
+    /// Half floats held by the blocks of `len` positions.
+    fn span(len: usize, kv_dim: usize) -> usize {
+        len.div_ceil(KEY_BLOCK) * KEY_BLOCK * 2 * kv_dim
     }
 
     /// Keeps the first `len` positions (keeping the memory).
     pub(crate) fn truncate(&mut self, len: usize, kv_dim: usize) {
         let len = len.min(self.len);
-        self.k
-            .truncate(len.div_ceil(KEY_BLOCK) * KEY_BLOCK * kv_dim);
-        self.v.truncate(len * kv_dim);
+        self.data.truncate(Self::span(len, kv_dim));
         self.len = len;
     }
 
@@ -94,8 +99,7 @@ impl KvCache {
     pub(crate) fn prefix(&self, len: usize, kv_dim: usize) -> KvCache {
         let len = len.min(self.len);
         KvCache {
-            k: self.k[..len.div_ceil(KEY_BLOCK) * KEY_BLOCK * kv_dim].to_vec(),
-            v: self.v[..len * kv_dim].to_vec(),
+            data: self.data[..Self::span(len, kv_dim)].to_vec(),
             len,
         }
     }
@@ -103,39 +107,43 @@ impl KvCache {
     /// Appends the keys and values of new positions (`kv_heads * hd` each, row by row).
     pub(crate) fn append(&mut self, keys: &[f32], values: &[f32], kv_heads: usize, hd: usize) {
         let kv = kv_heads * hd;
-        let n = keys.len() / kv;
-        let total = self.len + n;
-        let k_len = total.div_ceil(KEY_BLOCK) * KEY_BLOCK * kv;
-        if self.k.capacity() < k_len || self.v.capacity() < total * kv {
+        let total = self.len + keys.len() / kv;
+        let want = Self::span(total, kv);
+        if self.data.capacity() < want {
             // Exact growth with headroom: `reserve` would double the capacity, which at long
             // contexts keeps up to half the cache unused.
-            let want = total + 256;
-            self.k
-                .reserve_exact((want * kv).saturating_sub(self.k.len()));
-            self.v
-                .reserve_exact((want * kv).saturating_sub(self.v.len()));
+            self.data
+                .reserve_exact(Self::span(total + 256, kv) - self.data.len());
         }
-        if self.k.len() < k_len {
-            self.k.resize(k_len, 0);
+        if self.data.len() < want {
+            self.data.resize(want, 0);
         }
-        for (i, kr) in keys.chunks_exact(kv).enumerate() {
+        let block = 2 * hd * KEY_BLOCK;
+        for (i, (kr, vr)) in keys
+            .chunks_exact(kv)
+            .zip(values.chunks_exact(kv))
+            .enumerate()
+        {
             let j = self.len + i;
             let (b, lane) = (j / KEY_BLOCK, j % KEY_BLOCK);
-            for (g, kh) in kr.chunks_exact(hd).enumerate() {
-                let base = (b * kv_heads + g) * hd * KEY_BLOCK + lane;
+            for (g, (kh, vh)) in kr.chunks_exact(hd).zip(vr.chunks_exact(hd)).enumerate() {
+                let base = (b * kv_heads + g) * block;
                 for (d, &x) in kh.iter().enumerate() {
-                    self.k[base + d * KEY_BLOCK] = to_f16(x);
+                    self.data[base + d * KEY_BLOCK + lane] = to_f16(x);
+                }
+                let at = base + hd * KEY_BLOCK + lane * hd;
+                for (o, &x) in self.data[at..at + hd].iter_mut().zip(vh) {
+                    *o = to_f16(x);
                 }
             }
         }
-        self.v.extend(values[..n * kv].iter().map(|&x| to_f16(x)));
         self.len = total;
     }
 
-    /// The transposed keys of block `b` of key/value head `g`.
-    fn key_block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> &[u16] {
-        let at = (b * kv_heads + g) * hd * KEY_BLOCK;
-        &self.k[at..at + hd * KEY_BLOCK]
+    /// Block `b` of key/value head `g`: its transposed keys and its values.
+    fn block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> (&[u16], &[u16]) {
+        let at = (b * kv_heads + g) * 2 * hd * KEY_BLOCK;
+        self.data[at..at + 2 * hd * KEY_BLOCK].split_at(hd * KEY_BLOCK)
     }
 }
 
@@ -268,9 +276,9 @@ fn attention_with(
     }
     let parallel = pairs >= ATTN_PARALLEL_MIN && threads > 1;
     // Too few units to keep every thread busy (decoding one or two sequences): split each
-    // one's chunks into contiguous pieces.
-    let pieces = if parallel && base.len() < 2 * threads {
-        (2 * threads).div_ceil(base.len().max(1))
+    // one's chunks into contiguous pieces, a few per thread.
+    let pieces = if parallel && base.len() < 4 * threads {
+        (4 * threads).div_ceil(base.len().max(1))
     } else {
         1
     };
@@ -312,13 +320,15 @@ fn attention_with(
     };
     let pool = crate::pool::global();
     if parallel && units.len() > 1 && pool.threads() > 1 {
-        let n = pool.threads().min(units.len());
-        pool.run(&|tid| {
-            if tid >= n {
-                return;
-            }
+        // Units go to whichever thread is free (their cost varies with their keys).
+        let next = AtomicUsize::new(0);
+        pool.run(&|_| {
             let mut scratch = Scratch::new(hd);
-            for ui in (tid..units.len()).step_by(n) {
+            loop {
+                let ui = next.fetch_add(1, Ordering::Relaxed);
+                if ui >= units.len() {
+                    break;
+                }
                 run_unit(ui, &mut scratch);
             }
         });
@@ -489,7 +499,13 @@ fn unit_states(
             let (t, e) = (u.r0 + fr / group, fr % group);
             let h = u.g * group + e;
             let row = s.rows.start + t;
-            scratch.q[r * hd..(r + 1) * hd].copy_from_slice(&q[row * qd + h * hd..][..hd]);
+            // Scaled here rather than per score.
+            for (a, b) in scratch.q[r * hd..(r + 1) * hd]
+                .iter_mut()
+                .zip(&q[row * qd + h * hd..][..hd])
+            {
+                *a = b * shape.scale;
+            }
             let n = s.pos + t + 1;
             span[r] = window.map_or(0, |w| n.saturating_sub(w))..n;
         }
@@ -547,10 +563,9 @@ fn chunk_state(
     st: &mut TileState,
 ) {
     let (hd, kv_heads) = (shape.hd, shape.kv_heads);
-    let kv = kv_heads * hd;
     for b in keys.start / KEY_BLOCK..keys.end.div_ceil(KEY_BLOCK) {
         let j0 = b * KEY_BLOCK;
-        let kt = cache.key_block(b, g, kv_heads, hd);
+        let (kt, vb) = cache.block(b, g, kv_heads, hd);
         let mut p = scores_block(simd, qs, kt, hd);
         for r in 0..TILE {
             let valid = span[r].start.max(j0).saturating_sub(j0)
@@ -558,26 +573,24 @@ fn chunk_state(
             softmax_step(
                 &mut p[r],
                 valid,
-                shape.scale,
                 &mut st.m[r],
                 &mut st.l[r],
                 &mut st.acc[r * hd..(r + 1) * hd],
             );
         }
         let lanes = keys.start.max(j0) - j0..keys.end.min(j0 + KEY_BLOCK) - j0;
-        let v = &cache.v[j0 * kv + g * hd..];
-        add_values_block(simd, &p, lanes, v, kv, hd, &mut st.acc);
+        add_values_block(simd, &p, lanes, vb, hd, hd, &mut st.acc);
     }
 }
 
-/// One row's online-softmax update over one block: `s` holds the block's raw scores and
-/// becomes the probabilities to weight the values with (zero outside `valid`). The largest
-/// score, the normalizer and the outputs are rescaled when the maximum grows; a block with no
-/// valid key changes nothing.
+/// One row's online-softmax update over one block: `s` holds the block's scores and becomes
+/// the probabilities to weight the values with (zero outside `valid`). The largest score, the
+/// normalizer and the outputs are rescaled when the maximum grows; a block with no valid key
+/// changes nothing. The block's maximum and sum are taken as a fixed tree over the sixteen
+/// lanes (vectorizable, the same order on every CPU).
 fn softmax_step(
     s: &mut [f32; KEY_BLOCK],
     valid: Range<usize>,
-    scale: f32,
     m: &mut f32,
     l: &mut f32,
     acc: &mut [f32],
@@ -586,33 +599,41 @@ fn softmax_step(
         s.fill(0.0);
         return;
     }
-    let mut bm = f32::NEG_INFINITY;
-    for x in &mut s[valid.clone()] {
-        *x *= scale;
-        bm = bm.max(*x);
-    }
-    let m_new = m.max(bm);
+    let mut x = [f32::NEG_INFINITY; KEY_BLOCK];
+    x[valid.clone()].copy_from_slice(&s[valid.clone()]);
+    let m_new = m.max(lane_tree(x, f32::max));
     let f = if *m == f32::NEG_INFINITY {
         0.0
     } else {
         exp_approx(*m - m_new)
     };
-    let mut e = [0f32; KEY_BLOCK];
-    for (y, x) in e.iter_mut().zip(s.iter()) {
-        *y = exp_approx(*x - m_new);
+    for (i, (p, v)) in s.iter_mut().zip(x).enumerate() {
+        let e = exp_approx(v - m_new);
+        *p = if valid.contains(&i) { e } else { 0.0 };
     }
-    let mut sum = 0f32;
-    for (i, (x, y)) in s.iter_mut().zip(e).enumerate() {
-        *x = if valid.contains(&i) { y } else { 0.0 };
-    }
-    for x in &s[valid] {
-        sum += x;
-    }
-    *l = *l * f + sum;
+    *l = *l * f + lane_tree(*s, |a, b| a + b);
     if f != 1.0 {
         acc.iter_mut().for_each(|a| *a *= f);
     }
     *m = m_new;
+}
+
+/// `op` over sixteen lanes as a fixed tree: lane `i` with lane `i + 8`, then `i + 4`, `i + 2`,
+/// `i + 1`.
+#[inline(always)]
+fn lane_tree(x: [f32; KEY_BLOCK], op: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut h = [0f32; 8];
+    for i in 0..8 {
+        h[i] = op(x[i], x[i + 8]);
+    }
+    let mut w = 4;
+    while w > 0 {
+        for i in 0..w {
+            h[i] = op(h[i], h[i + w]);
+        }
+        w /= 2;
+    }
+    h[0]
 }
 
 /// [`crate::x86::attn_f16::scores`] on any CPU: the same fused multiply-adds in the same
@@ -742,25 +763,23 @@ mod tests {
         assert_eq!(c.len(), 20);
         for j in 0..20 {
             for g in 0..kv_heads {
-                let kt = c.key_block(j / KEY_BLOCK, g, kv_heads, hd);
+                let (kt, vb) = c.block(j / KEY_BLOCK, g, kv_heads, hd);
+                let lane = j % KEY_BLOCK;
                 for d in 0..hd {
                     assert_eq!(
-                        from_f16(kt[d * KEY_BLOCK + j % KEY_BLOCK]),
+                        from_f16(kt[d * KEY_BLOCK + lane]),
                         keys[j * kv + g * hd + d]
                     );
-                    assert_eq!(
-                        from_f16(c.v[j * kv + g * hd + d]),
-                        values[j * kv + g * hd + d]
-                    );
+                    assert_eq!(from_f16(vb[lane * hd + d]), values[j * kv + g * hd + d]);
                 }
             }
         }
         let p = c.prefix(17, kv);
         assert_eq!(p.len(), 17);
-        assert_eq!(p.k.len(), 2 * KEY_BLOCK * kv);
-        assert_eq!(p.v.len(), 17 * kv);
+        assert_eq!(p.data.len(), 2 * KEY_BLOCK * 2 * kv);
+        assert!(p.data == c.data[..p.data.len()]);
         c.truncate(5, kv);
-        assert_eq!((c.len(), c.v.len()), (5, 5 * kv));
+        assert_eq!((c.len(), c.data.len()), (5, KEY_BLOCK * 2 * kv));
         // Saturated, not infinite; NaN stays NaN.
         assert_eq!(from_f16(to_f16(1e9)), F16_MAX);
         assert_eq!(from_f16(to_f16(-1e9)), -F16_MAX);
