@@ -206,6 +206,15 @@ impl Weights {
         }
     }
 
+    /// Bytes its KV cache holds: counted for our kernels, estimated for candle's models from
+    /// their `tokens` cached positions.
+    fn cache_bytes(&self, tokens: usize, candle_per_token: usize) -> usize {
+        match self {
+            Weights::Fast(m) => m.cache_bytes(),
+            _ => tokens.saturating_mul(candle_per_token),
+        }
+    }
+
     /// Whether [`Weights::clone_prefix`] works for this backend.
     fn rewinds(&self) -> bool {
         matches!(self, Weights::Fast(_))
@@ -269,6 +278,8 @@ pub struct Generation {
 struct PrefixEntry {
     tokens: Vec<u32>,
     weights: Weights,
+    /// What its KV cache holds ([`Weights::cache_bytes`]).
+    bytes: usize,
     last_used: u64,
 }
 
@@ -281,6 +292,11 @@ pub struct Engine {
     device: Device,
     prefixes: Vec<PrefixEntry>,
     max_prefixes: usize,
+    /// Bytes the kept prefixes' KV caches may hold together.
+    max_prefix_bytes: usize,
+    /// KV cache bytes per position of candle's models (`f32` keys and values in every
+    /// layer), from the GGUF's shape; ours are counted exactly.
+    candle_kv_bytes_per_token: usize,
     clock: u64,
 }
 
@@ -310,6 +326,20 @@ fn read_content(path: &Path, file: &mut std::fs::File) -> Result<gguf_file::Cont
     }))
     .map_err(|_| LlmError::invalid(path, "GGUF reader panicked on malformed input"))?
     .map_err(|e| LlmError::invalid(path, format!("malformed GGUF: {e}")))
+}
+
+/// KV cache bytes per position of candle's models for this GGUF: `f32` keys and values of
+/// every key/value head in every layer (0 when the shape is not in the metadata).
+fn candle_kv_bytes_per_token(ct: &gguf_file::Content, arch: &str) -> usize {
+    let get = |k: &str| ferrograph_kernels::gguf_meta::usize(ct, &format!("{arch}.{k}"));
+    let (Some(layers), Some(heads)) = (get("block_count"), get("attention.head_count")) else {
+        return 0;
+    };
+    let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
+    let head_dim = get("attention.key_length")
+        .or_else(|| get("embedding_length").map(|d| d / heads.max(1)))
+        .unwrap_or(0);
+    layers * 2 * kv_heads * head_dim * std::mem::size_of::<f32>()
 }
 
 fn md_str(ct: &gguf_file::Content, key: &str) -> Option<String> {
@@ -354,6 +384,7 @@ impl Engine {
         let model_ctx =
             ferrograph_kernels::gguf_meta::usize(&ct, &format!("{arch}.context_length"))
                 .unwrap_or(4096);
+        let candle_kv_bytes_per_token = candle_kv_bytes_per_token(&ct, &arch);
         let mut context_length = model_ctx.min(options.max_context.max(1));
         match arch.as_str() {
             "llama" => context_length = context_length.min(quantized_llama::MAX_SEQ_LEN),
@@ -474,6 +505,8 @@ impl Engine {
             device,
             prefixes: Vec::new(),
             max_prefixes: options.prefix_cache_entries,
+            max_prefix_bytes: options.prefix_cache_bytes,
+            candle_kv_bytes_per_token,
             clock: 0,
         })
     }
@@ -523,7 +556,21 @@ impl Engine {
             e.last_used = self.clock;
             return;
         }
-        if self.prefixes.len() >= self.max_prefixes {
+        let bytes = snapshot.cache_bytes(tokens.len(), self.candle_kv_bytes_per_token);
+        if bytes > self.max_prefix_bytes {
+            tracing::debug!(
+                tokens = tokens.len(),
+                bytes,
+                budget = self.max_prefix_bytes,
+                "prefix too large for the prefix cache"
+            );
+            return;
+        }
+        // Least recently used first, until both the entry count and the byte budget fit.
+        while !self.prefixes.is_empty()
+            && (self.prefixes.len() >= self.max_prefixes
+                || self.prefix_bytes() + bytes > self.max_prefix_bytes)
+        {
             if let Some(oldest) = self
                 .prefixes
                 .iter()
@@ -537,8 +584,19 @@ impl Engine {
         self.prefixes.push(PrefixEntry {
             tokens,
             weights: snapshot,
+            bytes,
             last_used: self.clock,
         });
+    }
+
+    /// Bytes held by the kept prefixes' KV caches.
+    pub fn prefix_bytes(&self) -> usize {
+        self.prefixes.iter().map(|e| e.bytes).sum()
+    }
+
+    /// Prompt prefixes kept for reuse.
+    pub fn prefix_entries(&self) -> usize {
+        self.prefixes.len()
     }
 
     /// Weights to start from for `prompt`: a cached snapshot of its longest known prefix (at

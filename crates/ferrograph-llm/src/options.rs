@@ -41,6 +41,10 @@ pub struct LoadOptions {
     /// How many prompt-prefix KV snapshots the model keeps for reuse across calls (0 disables
     /// prefix reuse).
     pub prefix_cache_entries: usize,
+    /// Bytes the kept prefix snapshots' KV caches may hold together (least recently used
+    /// evicted first; a prefix larger than this is not kept). Our kernels' half-float caches
+    /// take 22.5 KiB per position for SmolLM2-135M, 18 KiB for Gemma 3 270M.
+    pub prefix_cache_bytes: usize,
     /// Which CPU forward pass runs the model: our own kernels where the architecture and
     /// tensor types are supported (`auto`, the default; `FERROGRAPH_KERNELS=candle|fast`
     /// overrides it), or always candle's reference path.
@@ -55,6 +59,7 @@ impl Default for LoadOptions {
             queue_capacity: 64,
             max_batch: 8,
             prefix_cache_entries: 4,
+            prefix_cache_bytes: 256 << 20,
             kernels: ferrograph_kernels::decoder::Kernels::Auto,
         }
     }

@@ -394,3 +394,55 @@ async fn structured_output_parses_or_fails_typed() {
         Err(e) => panic!("unexpected error {e}"),
     }
 }
+
+#[test]
+fn prefix_cache_is_bounded_in_bytes() {
+    let Some(path) = model_path() else { return };
+    let load = |budget: usize| {
+        ferrograph_llm::Engine::load(
+            &path,
+            &LoadOptions {
+                prefix_cache_entries: 8,
+                prefix_cache_bytes: budget,
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let opts = GenerateOptions::greedy().max_tokens(1);
+    let run = |e: &mut ferrograph_llm::Engine, text: &str| {
+        let prompt = e.shared().encode(text).unwrap();
+        e.generate(&prompt, None, &opts, &mut |_| {}, &|| false)
+            .unwrap()
+    };
+    let prompts = [
+        "Alpha: describe the weather in Lisbon in spring.",
+        "Bravo: list three uses of a hammer.",
+        "Charlie: what does a compiler do?",
+        "Delta: name a river in Africa.",
+    ];
+    // A budget smaller than any prompt's cache keeps nothing.
+    let mut tiny = load(1_000);
+    run(&mut tiny, prompts[0]);
+    assert_eq!(tiny.prefix_entries(), 0);
+    // SmolLM2's half-float cache: 30 layers x 2 x 192 values x 2 bytes per position, kept in
+    // blocks of 16 positions; each prompt here fits one block. Room for two of them.
+    let block = 16 * 30 * 2 * 192 * 2;
+    let budget = 2 * block + block / 2;
+    let mut e = load(budget);
+    for p in prompts {
+        run(&mut e, p);
+        assert!(
+            e.prefix_bytes() <= budget,
+            "{} > {budget}",
+            e.prefix_bytes()
+        );
+    }
+    assert_eq!(e.prefix_entries(), 2);
+    assert_eq!(e.prefix_bytes(), 2 * block);
+    // The most recent prompt is still kept, the first was evicted.
+    let again = run(&mut e, &format!("{} And in autumn?", prompts[3]));
+    assert!(again.cached_prompt_tokens > 0);
+    let first = run(&mut e, &format!("{} And in autumn?", prompts[0]));
+    assert_eq!(first.cached_prompt_tokens, 0);
+}
