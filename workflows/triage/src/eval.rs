@@ -236,6 +236,19 @@ pub fn judge(
             known.extend(&r.url);
         }
     }
+    // The regions retrieval returned (`path:start-end (score)`, written by the search, not
+    // by the model) in files of the repository: their line numbers are the repository's.
+    if let Some(c) = &s.codebase {
+        for region in &c.evidence {
+            if repo_files.iter().any(|f| {
+                region
+                    .strip_prefix(f.as_str())
+                    .is_some_and(|r| r.starts_with(':'))
+            }) {
+                known.extend(region);
+            }
+        }
+    }
     let mut texts: Vec<(String, String, usize)> = Vec::new();
     if let Some(i) = &s.investigator {
         texts.push(("investigator.hypothesis".into(), i.hypothesis.clone(), 5));
@@ -724,6 +737,36 @@ issue = "it crashes"
             parse_cases(&unknown, Path::new("x.toml")),
             Err(EvalError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn line_numbers_of_retrieved_regions_are_known_others_are_not() {
+        let s = TriageState {
+            issue_title: "crash".into(),
+            issue_body: "it crashes in parse".into(),
+            codebase: Some(crate::models::CodebaseFinding {
+                base: crate::models::FindingBase {
+                    reasoning: "The error occurs at line 346 of sqlparse/sql.py, not line 512."
+                        .into(),
+                    ..Default::default()
+                },
+                evidence: vec![
+                    "sqlparse/sql.py:346-357 (0.1162)".into(),
+                    // Not a file of the repository: its numbers stay unknown.
+                    "elsewhere/x.py:512-520 (0.1000)".into(),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let files = ["sqlparse/sql.py".to_string()];
+        let j = judge(&s, &files, "", &[]);
+        let f = j
+            .fields
+            .iter()
+            .find(|f| f.field == "codebase_search.explanation")
+            .unwrap();
+        assert_eq!(f.invented, vec!["512".to_string()]);
     }
 
     #[test]
