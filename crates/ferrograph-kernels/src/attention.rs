@@ -283,8 +283,7 @@ fn attention_with(
         1
     };
     let mut units: Vec<Unit> = Vec::with_capacity(base.len() * pieces);
-    let mut owners: Vec<usize> = Vec::with_capacity(base.len() * pieces);
-    for (bi, u) in base.iter().enumerate() {
+    for u in &base {
         let per = u.chunks.len().div_ceil(pieces).max(1);
         let mut c = u.chunks.start;
         loop {
@@ -294,7 +293,6 @@ fn attention_with(
                 first: c == u.chunks.start,
                 ..*u
             });
-            owners.push(bi);
             c = end;
             if c >= u.chunks.end {
                 break;
@@ -338,37 +336,39 @@ fn attention_with(
             run_unit(ui, &mut scratch);
         }
     }
-    // Fold each row's states in chunk order and normalize.
+    // Fold each row's states in chunk order and normalize. A base unit's pieces are
+    // consecutive, its first piece first.
+    let results: Vec<Vec<f32>> = results.into_iter().map(Mutex::into_inner).collect();
     let sl = state_len(hd);
-    let mut acc = vec![0f32; sl];
+    let mut acc = vec![0f32; hd];
     let mut ui = 0;
     while ui < units.len() {
-        let bi = owners[ui];
-        let end = owners[ui..]
+        let end = units[ui + 1..]
             .iter()
-            .position(|&o| o != bi)
-            .map_or(units.len(), |p| ui + p);
+            .position(|u| u.first)
+            .map_or(units.len(), |p| ui + 1 + p);
         let u = &units[ui];
         let s = &seqs[u.seq];
         for fr in 0..u.tokens * group {
-            let first = results[ui].lock();
-            acc.copy_from_slice(&first[fr * sl..(fr + 1) * sl]);
-            drop(first);
+            let first = &results[ui][fr * sl..(fr + 1) * sl];
+            let (mut m, mut l) = (first[0], first[1]);
+            acc.copy_from_slice(&first[2..]);
             for later in ui + 1..end {
-                let res = results[later].lock();
                 let k = units[later].states();
-                for c in 0..k {
-                    let at = (fr * k + c) * sl;
-                    merge_saved(&mut acc, &res[at..at + sl]);
+                for saved in results[later][fr * k * sl..(fr + 1) * k * sl].chunks_exact(sl) {
+                    merge_state(
+                        (&mut m, &mut l, &mut acc),
+                        (saved[0], saved[1], &saved[2..]),
+                    );
                 }
             }
             let (t, e) = (u.r0 + fr / group, fr % group);
             let h = u.g * group + e;
             let row = s.rows.start + t;
-            let inv = 1.0 / acc[1];
+            let inv = 1.0 / l;
             for (o, a) in out[row * qd + h * hd..row * qd + (h + 1) * hd]
                 .iter_mut()
-                .zip(&acc[2..])
+                .zip(&acc)
             {
                 *o = a * inv;
             }
@@ -377,22 +377,24 @@ fn attention_with(
     }
 }
 
-/// Merges a saved state `b` (maximum, normalizer, outputs) into `a`, as [`TileState::merge`]
-/// merges one row.
-fn merge_saved(a: &mut [f32], b: &[f32]) {
-    let (ma, mb) = (a[0], b[0]);
+/// Merges one row's state `b` (largest score, normalizer, weighted outputs) into `a`: both
+/// rescaled to the larger maximum. A state that has seen no keys changes nothing; merged
+/// into one that has seen none, it is copied.
+fn merge_state(a: (&mut f32, &mut f32, &mut [f32]), b: (f32, f32, &[f32])) {
+    let ((ma, la, acc), (mb, lb, other)) = (a, b);
     if mb == f32::NEG_INFINITY {
         return;
     }
-    if ma == f32::NEG_INFINITY {
-        a.copy_from_slice(b);
+    if *ma == f32::NEG_INFINITY {
+        (*ma, *la) = (mb, lb);
+        acc.copy_from_slice(other);
         return;
     }
     let m = ma.max(mb);
-    let (fa, fb) = (exp_approx(ma - m), exp_approx(mb - m));
-    a[0] = m;
-    a[1] = a[1] * fa + b[1] * fb;
-    for (x, y) in a[2..].iter_mut().zip(&b[2..]) {
+    let (fa, fb) = (exp_approx(*ma - m), exp_approx(mb - m));
+    *ma = m;
+    *la = *la * fa + lb * fb;
+    for (x, y) in acc.iter_mut().zip(other) {
         *x = *x * fa + *y * fb;
     }
 }
@@ -445,30 +447,16 @@ impl TileState {
         dst[2..].copy_from_slice(&self.acc[r * hd..(r + 1) * hd]);
     }
 
-    /// Merges row `r` of `other` into row `r` of this state: both maxima and normalizers
-    /// rescaled to the larger maximum. A row that has seen no keys changes nothing.
+    /// Merges row `r` of `other` into row `r` of this state ([`merge_state`]).
     fn merge(&mut self, other: &TileState, r: usize, hd: usize) {
-        let (ma, mb) = (self.m[r], other.m[r]);
-        if mb == f32::NEG_INFINITY {
-            return;
-        }
-        let (a, b) = (
-            &mut self.acc[r * hd..(r + 1) * hd],
-            &other.acc[r * hd..(r + 1) * hd],
+        merge_state(
+            (
+                &mut self.m[r],
+                &mut self.l[r],
+                &mut self.acc[r * hd..(r + 1) * hd],
+            ),
+            (other.m[r], other.l[r], &other.acc[r * hd..(r + 1) * hd]),
         );
-        if ma == f32::NEG_INFINITY {
-            self.m[r] = mb;
-            self.l[r] = other.l[r];
-            a.copy_from_slice(b);
-            return;
-        }
-        let m = ma.max(mb);
-        let (fa, fb) = (exp_approx(ma - m), exp_approx(mb - m));
-        self.m[r] = m;
-        self.l[r] = self.l[r] * fa + other.l[r] * fb;
-        for (x, y) in a.iter_mut().zip(b) {
-            *x = *x * fa + *y * fb;
-        }
     }
 }
 
