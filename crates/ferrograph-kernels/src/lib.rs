@@ -43,6 +43,7 @@ mod attention;
 pub mod decoder;
 pub mod encoder;
 pub mod gguf_meta;
+mod hugepages;
 mod ops;
 pub mod pool;
 mod scalar;
@@ -249,6 +250,31 @@ pub enum Packed {
     },
 }
 
+impl Packed {
+    /// Asks for transparent huge pages under every buffer ([`hugepages::advise`]).
+    fn advise_huge_pages(&self) {
+        match self {
+            Packed::U4 { d, m, q }
+            | Packed::U8 { d, m, q }
+            | Packed::U4x8 { d, m, q }
+            | Packed::U8x8 { d, m, q } => {
+                hugepages::advise(d);
+                hugepages::advise(m);
+                hugepages::advise(q);
+            }
+            Packed::I8 { d, q } | Packed::I8x8 { d, q } => {
+                hugepages::advise(d);
+                hugepages::advise(q);
+            }
+            Packed::I8S16 { d, s, q } | Packed::I8S16x8 { d, s, q } => {
+                hugepages::advise(d);
+                hugepages::advise(s);
+                hugepages::advise(q);
+            }
+        }
+    }
+}
+
 /// A weight matrix of `rows` output features by `cols` input features, row-major, repacked.
 #[derive(Clone, Debug)]
 pub struct QMatrix {
@@ -335,6 +361,7 @@ impl QMatrix {
                 return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
             }
         };
+        packed.advise_huge_pages();
         let bb = ty.block_bytes();
         let mut buf = vec![0u8; need.min((SLICE / bb).max(1) * bb)];
         let mut left = need;

@@ -16,7 +16,7 @@ use ferrograph_core::message::Message;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tokenizers::Tokenizer;
+use tokenizers::{Model, Tokenizer};
 
 /// Architectures (`general.architecture`) this backend can run. Llama-family models (SmolLM2,
 /// Llama 2/3, Mistral) use `llama`.
@@ -346,6 +346,19 @@ fn md_str(ct: &gguf_file::Content, key: &str) -> Option<String> {
     ferrograph_kernels::gguf_meta::string(ct, key).map(str::to_string)
 }
 
+/// Token ids of `tokenizer`, added tokens included. `Tokenizer::get_vocab_size(true)` copies
+/// the whole vocabulary into a map to count it; this does not.
+fn vocab_size(tokenizer: &Tokenizer) -> usize {
+    let base = tokenizer.get_model().get_vocab_size();
+    let added = tokenizer
+        .get_added_tokens_decoder()
+        .keys()
+        .map(|&id| id as usize + 1)
+        .max()
+        .unwrap_or(0);
+    base.max(added)
+}
+
 /// The manifest name for a model path, for "fetch it with ..." messages.
 fn fetch_name(path: &Path) -> String {
     crate::manifest::name_for_path(path).unwrap_or_else(|| {
@@ -422,6 +435,16 @@ impl Engine {
             Some(src) => ChatTemplate::new(&src, &specials.bos_text, &specials.eos_text)?,
             None => ChatTemplate::fallback(&arch, &specials.bos_text, &specials.eos_text)?,
         };
+        // The vocabulary's strings, scores and merges are the tokenizer's now: free the
+        // header's copies before the weights are read (tens of MiB for a large vocabulary).
+        for key in [
+            "tokenizer.ggml.tokens",
+            "tokenizer.ggml.scores",
+            "tokenizer.ggml.token_type",
+            "tokenizer.ggml.merges",
+        ] {
+            ct.metadata.remove(key);
+        }
 
         let device = crate::options::candle_device(options.device)?;
         // Weights are read through a counting reader: a progress bar on a terminal, or the
@@ -488,7 +511,7 @@ impl Engine {
             path: path.to_path_buf(),
             architecture: arch,
             context_length,
-            vocab_size: tokenizer.get_vocab_size(true),
+            vocab_size: vocab_size(&tokenizer),
             load_time: start.elapsed(),
         };
         tracing::info!(model = %info.name, arch = %info.architecture, ms = info.load_time.as_millis() as u64, "model loaded");

@@ -9,7 +9,7 @@
 use crate::error::LlmError;
 use candle_core::quantized::gguf_file::Content;
 use ferrograph_kernels::gguf_meta;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::Path;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
@@ -221,28 +221,32 @@ fn byte_level_pre_tokenizer(pre: &str, path: &Path) -> Result<PreTokenizerWrappe
 
 /// Merges of a SentencePiece BPE vocabulary: every split of a token into two tokens of the
 /// vocabulary is a merge, ranked by the merged token's score (then id).
+///
+/// A large vocabulary has millions of candidate merges (Gemma 3's 262,144 tokens), so they
+/// are ranked as (score, token, split point) and turned into strings once, in order.
 fn spm_merges(tokens: &[String], scores: &[f64]) -> Vec<(String, String)> {
-    let index: HashMap<&str, usize> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_str(), i))
-        .collect();
-    let mut merges: Vec<(f64, usize, String, String)> = Vec::new();
+    let index: HashSet<&str> = tokens.iter().map(String::as_str).collect();
+    let mut ranked: Vec<(f64, u32, u32)> = Vec::new();
     for (id, tok) in tokens.iter().enumerate() {
-        let chars: Vec<(usize, char)> = tok.char_indices().collect();
-        if chars.len() < 2 {
-            continue;
-        }
-        for &(split, _) in &chars[1..] {
+        let Ok(id32) = u32::try_from(id) else {
+            break;
+        };
+        let score = scores.get(id).copied().unwrap_or(0.0);
+        for (split, _) in tok.char_indices().skip(1) {
             let (a, b) = tok.split_at(split);
-            if index.contains_key(a) && index.contains_key(b) {
-                let score = scores.get(id).copied().unwrap_or(0.0);
-                merges.push((score, id, a.to_string(), b.to_string()));
+            if index.contains(a) && index.contains(b) {
+                ranked.push((score, id32, split as u32));
             }
         }
     }
-    merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-    merges.into_iter().map(|(_, _, a, b)| (a, b)).collect()
+    drop(index);
+    ranked.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    let mut merges = Vec::with_capacity(ranked.len());
+    for (_, id, split) in ranked {
+        let (a, b) = tokens[id as usize].split_at(split as usize);
+        merges.push((a.to_string(), b.to_string()));
+    }
+    merges
 }
 
 /// Loads a `tokenizer.json` (Hugging Face format).
