@@ -24,7 +24,7 @@
 //! past that, callers wait to enqueue (backpressure). A request whose caller has gone away is
 //! dropped without running, or stopped at its next step.
 
-use crate::engine::{Engine, Generation, ModelInfo, Shared};
+use crate::engine::{common_prefix, Engine, Generation, ModelInfo, Shared, MIN_SHARED_PREFIX};
 use crate::error::LlmError;
 use crate::options::{GenerateOptions, LoadOptions};
 use crate::sequence::Sequence;
@@ -244,6 +244,7 @@ fn serve_jobs(
 ) {
     let mut queue = FairQueue::default();
     let mut active: Vec<Active> = Vec::new();
+    let mut waiting: Vec<Waiting> = Vec::new();
     let mut open = true;
     loop {
         // Take in what arrived (up to the capacity), waiting only when idle.
@@ -254,7 +255,7 @@ fn serve_jobs(
                 Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
         }
-        if active.is_empty() && queue.is_empty() {
+        if active.is_empty() && queue.is_empty() && waiting.is_empty() {
             if !open {
                 break;
             }
@@ -263,6 +264,19 @@ fn serve_jobs(
                 None => break,
             }
             continue;
+        }
+        // Requests that waited for a prompt prefix they share with one in the batch go
+        // first, once nothing in the batch is still computing it.
+        let mut i = 0;
+        while i < waiting.len() && active.len() < max_batch {
+            if waiting[i].job.reply.is_closed() {
+                waiting.remove(i);
+            } else if in_flight_prefix(&mut active, &waiting[i].tokens).is_some() {
+                i += 1;
+            } else {
+                let w = waiting.remove(i);
+                admit(&mut engine, &mut active, w);
+            }
         }
         while active.len() < max_batch {
             let Some(job) = queue.pop() else {
@@ -273,22 +287,25 @@ fn serve_jobs(
             }
             // Rendering and tokenizing the prompt run here: a panic there fails this
             // request only, as one in a step fails that step's requests.
-            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                start(&mut engine, shared, &job)
-            }))
-            .unwrap_or_else(|_| Err(panicked()));
-            match started {
-                Ok(seq) => active.push(Active {
-                    seq,
-                    sink: PieceSink::new(job.pieces.clone()),
-                    job,
-                    wants: false,
-                    outcome: None,
-                }),
+            let prepared =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare(shared, &job)))
+                    .unwrap_or_else(|_| Err(panicked()));
+            let (tokens, hint) = match prepared {
+                Ok(p) => p,
                 Err(e) => {
                     let _ = job.reply.send(Err(e));
+                    continue;
                 }
+            };
+            let next = Waiting { job, tokens, hint };
+            // A request whose prompt starts like one still being computed waits for it,
+            // then starts from its snapshot rather than computing the same tokens again.
+            if engine.keeps_prefixes() && in_flight_prefix(&mut active, &next.tokens).is_some() {
+                shared.batching.record_prefix_wait();
+                waiting.push(next);
+                continue;
             }
+            admit(&mut engine, &mut active, next);
         }
         let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             step(&mut engine, shared, &mut active)
@@ -299,6 +316,54 @@ fn serve_jobs(
             }
         }
     }
+}
+
+/// A request with its prompt tokenized, not yet in the batch.
+struct Waiting {
+    job: Job,
+    tokens: Vec<u32>,
+    /// Where its cacheable prefix (the system prompt) ends.
+    hint: Option<usize>,
+}
+
+/// Starts `w` and puts it in the batch (or answers it with the error).
+fn admit(engine: &mut Engine, active: &mut Vec<Active>, w: Waiting) {
+    let Waiting { job, tokens, hint } = w;
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine.start(&tokens, hint, &job.options)
+    }))
+    .unwrap_or_else(|_| Err(panicked()));
+    match started {
+        Ok(seq) => active.push(Active {
+            seq,
+            sink: PieceSink::new(job.pieces.clone()),
+            job,
+            wants: false,
+            outcome: None,
+        }),
+        Err(e) => {
+            let _ = job.reply.send(Err(e));
+        }
+    }
+}
+
+/// The longest prompt prefix (at least [`MIN_SHARED_PREFIX`] tokens, one short of the whole
+/// prompt at most) that `tokens` shares with a request of the batch still computing it. That
+/// request is asked to remember its state there ([`Sequence::share_prefix`]).
+fn in_flight_prefix(active: &mut [Active], tokens: &[u32]) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, a) in active.iter().enumerate() {
+        if a.outcome.is_some() || !a.seq.prefilling() || !a.seq.snapshots() {
+            continue;
+        }
+        let n = common_prefix(a.seq.prompt(), tokens).min(tokens.len().saturating_sub(1));
+        if n >= MIN_SHARED_PREFIX && a.seq.pos < n && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, i));
+        }
+    }
+    let (n, i) = best?;
+    active.get_mut(i)?.seq.share_prefix(n);
+    Some(n)
 }
 
 /// The error of a request whose generation panicked.
@@ -365,10 +430,9 @@ fn step(engine: &mut Engine, shared: &Shared, active: &mut Vec<Active>) {
     }
 }
 
-/// Starts the generation of a request: its prompt rendered and tokenized, its state taken
-/// from the prefix cache.
-fn start(engine: &mut Engine, shared: &Shared, job: &Job) -> Result<Sequence, LlmError> {
-    let (tokens, hint) = match &job.input {
+/// A request's prompt, rendered and tokenized, and where its cacheable prefix ends.
+fn prepare(shared: &Shared, job: &Job) -> Result<(Vec<u32>, Option<usize>), LlmError> {
+    Ok(match &job.input {
         PromptInput::Chat {
             messages,
             tools,
@@ -383,8 +447,7 @@ fn start(engine: &mut Engine, shared: &Shared, job: &Job) -> Result<Sequence, Ll
             (ids, None)
         }
         PromptInput::Tokens(ids) => (ids.clone(), None),
-    };
-    engine.start(&tokens, hint, &job.options)
+    })
 }
 
 /// Where a request's text pieces go. A slow reader must not stall the other requests of the
@@ -434,9 +497,24 @@ impl PieceSink {
 
     /// Sends the reply after every piece.
     fn close(
+        self,
+        reply: oneshot::Sender<Result<Generation, LlmError>>,
+        result: Result<Generation, LlmError>,
+    ) {
+        self.close_with(reply, result, |deliver| {
+            std::thread::Builder::new()
+                .name("llm-pieces".into())
+                .spawn(deliver)
+                .map(|_| ())
+        });
+    }
+
+    /// [`PieceSink::close`] with the helper thread started by `spawn` (tests make it fail).
+    fn close_with(
         mut self,
         reply: oneshot::Sender<Result<Generation, LlmError>>,
         result: Result<Generation, LlmError>,
+        spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>,
     ) {
         self.drain();
         let Some(tx) = self.tx.take().filter(|_| !self.backlog.is_empty()) else {
@@ -444,20 +522,42 @@ impl PieceSink {
             return;
         };
         let backlog = std::mem::take(&mut self.backlog);
-        let spawned = std::thread::Builder::new()
-            .name("llm-pieces".into())
-            .spawn(move || {
-                for piece in backlog {
-                    if tx.blocking_send(piece).is_err() {
-                        break;
-                    }
+        // The reply waits in a slot the helper takes it from, so that if the helper cannot
+        // start, the reply is still sent from here (its stream then misses the last pieces,
+        // but the generation's text is whole).
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some((reply, result))));
+        let helper_slot = slot.clone();
+        let spawned = spawn(Box::new(move || {
+            for piece in backlog {
+                if tx.blocking_send(piece).is_err() {
+                    break;
                 }
+            }
+            if let Some((reply, result)) = take_slot(&helper_slot) {
                 let _ = reply.send(result);
-            });
+            }
+        }));
         if let Err(e) = spawned {
-            tracing::error!("cannot start a thread for the last text pieces: {e}");
+            tracing::error!(
+                "cannot start a thread for the last text pieces ({e}); replying without them"
+            );
+            if let Some((reply, result)) = take_slot(&slot) {
+                let _ = reply.send(result);
+            }
         }
     }
+}
+
+/// A reply and the result it carries.
+type PendingReply = (
+    oneshot::Sender<Result<Generation, LlmError>>,
+    Result<Generation, LlmError>,
+);
+
+/// Takes the reply out of the slot [`PieceSink::close`] leaves it in (a poisoned lock still
+/// holds it).
+fn take_slot(slot: &std::sync::Mutex<Option<PendingReply>>) -> Option<PendingReply> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
 type Registry = tokio::sync::Mutex<HashMap<(PathBuf, LoadOptions), ModelHandle>>;
@@ -487,6 +587,8 @@ pub async fn load_model(path: &Path, options: &LoadOptions) -> Result<ModelHandl
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::FinishReason;
+    use std::time::Duration;
 
     fn job(user: &str, n: usize) -> (Job, oneshot::Receiver<Result<Generation, LlmError>>) {
         let (reply, rx) = oneshot::channel();
@@ -507,6 +609,57 @@ mod tests {
             PromptInput::Tokens(t) => (j.user.clone(), t[0]),
             _ => (String::new(), 0),
         }
+    }
+
+    fn generation(text: &str) -> Generation {
+        Generation {
+            text: text.to_string(),
+            tokens: vec![1, 2, 3],
+            prompt_tokens: 1,
+            cached_prompt_tokens: 0,
+            finish_reason: FinishReason::Stop,
+            prefill_time: Duration::ZERO,
+            time_to_first_token: Duration::ZERO,
+            decode_time: Duration::ZERO,
+            constraint: None,
+        }
+    }
+
+    #[test]
+    fn last_pieces_arrive_before_the_reply() {
+        let (tx, mut pieces) = mpsc::channel(1);
+        let mut sink = PieceSink::new(Some(tx));
+        for p in ["a", "b", "c"] {
+            sink.push(p);
+        }
+        let (reply, mut rx) = oneshot::channel();
+        sink.close(reply, Ok(generation("abc")));
+        let mut got = String::new();
+        while let Some(p) = pieces.blocking_recv() {
+            got.push_str(&p);
+        }
+        assert_eq!(got, "abc");
+        let done = rx.try_recv().expect("the reply was sent after the pieces");
+        assert_eq!(done.expect("ok").text, "abc");
+    }
+
+    #[test]
+    fn a_helper_that_cannot_start_still_replies() {
+        let (tx, mut pieces) = mpsc::channel(1);
+        let mut sink = PieceSink::new(Some(tx));
+        for p in ["a", "b", "c"] {
+            sink.push(p);
+        }
+        let (reply, mut rx) = oneshot::channel();
+        sink.close_with(reply, Ok(generation("abc")), |_| {
+            Err(std::io::Error::other("no threads left"))
+        });
+        let done = rx
+            .try_recv()
+            .expect("the reply was sent without the helper");
+        assert_eq!(done.expect("ok").text, "abc");
+        // The piece the channel had room for arrived; the backlog went with the helper.
+        assert_eq!(pieces.try_recv().ok().as_deref(), Some("a"));
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub struct BatchCounters {
     steps: std::sync::atomic::AtomicU64,
     sequence_steps: std::sync::atomic::AtomicU64,
     peak: std::sync::atomic::AtomicU64,
+    prefix_waits: std::sync::atomic::AtomicU64,
 }
 
 /// A reading of [`BatchCounters`].
@@ -75,6 +76,9 @@ pub struct BatchStats {
     pub sequence_steps: u64,
     /// The most sequences one pass has advanced.
     pub peak: u64,
+    /// Requests that waited for another in the batch to compute the prompt prefix they
+    /// share, then started from its snapshot.
+    pub prefix_waits: u64,
 }
 
 impl BatchCounters {
@@ -87,6 +91,12 @@ impl BatchCounters {
         self.peak.fetch_max(n, Relaxed);
     }
 
+    /// Records a request waiting for a shared prompt prefix.
+    pub(crate) fn record_prefix_wait(&self) {
+        self.prefix_waits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn read(&self) -> BatchStats {
         use std::sync::atomic::Ordering::Relaxed;
@@ -94,6 +104,7 @@ impl BatchCounters {
             steps: self.steps.load(Relaxed),
             sequence_steps: self.sequence_steps.load(Relaxed),
             peak: self.peak.load(Relaxed),
+            prefix_waits: self.prefix_waits.load(Relaxed),
         }
     }
 }
@@ -222,7 +233,7 @@ impl Weights {
 
     /// Whether a clone is an independent snapshot of the KV cache (caches built by
     /// concatenation are; preallocated ones may share storage).
-    fn snapshots(&self) -> bool {
+    pub(crate) fn snapshots(&self) -> bool {
         matches!(
             self,
             Weights::Llama(_) | Weights::Phi3(_) | Weights::Fast(_)
@@ -612,6 +623,11 @@ impl Engine {
         });
     }
 
+    /// Whether prompt prefixes are kept for reuse at all.
+    pub(crate) fn keeps_prefixes(&self) -> bool {
+        self.max_prefixes > 0 && self.max_prefix_bytes > 0
+    }
+
     /// Bytes held by the kept prefixes' KV caches.
     pub fn prefix_bytes(&self) -> usize {
         self.prefixes.iter().map(|e| e.bytes).sum()
@@ -817,9 +833,9 @@ impl Engine {
 
 /// The fewest tokens a cached conversation must share with a prompt to be rewound and
 /// reused (below this, copying its cache costs about what it saves).
-const MIN_SHARED_PREFIX: usize = 16;
+pub(crate) const MIN_SHARED_PREFIX: usize = 16;
 
 /// How many tokens `a` and `b` start with in common.
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -38,6 +38,9 @@ pub(crate) struct Sequence {
     prompt_len: usize,
     /// Where a cacheable prefix (the system prompt) of the prompt ends.
     hint: Option<usize>,
+    /// Prompt lengths after which a snapshot is remembered for requests waiting to share them
+    /// ([`Sequence::share_prefix`]).
+    share_at: Vec<usize>,
     /// Prompt tokens served from the prefix cache.
     cached: usize,
     /// Tokens in the KV cache.
@@ -88,14 +91,44 @@ impl Sequence {
                 if let Some(c) = chunk {
                     end = end.min(self.pos + c.max(1));
                 }
-                if let Some(h) = self.hint.filter(|h| *h > self.pos && *h < end) {
-                    end = h;
+                for cut in self.hint.iter().chain(&self.share_at) {
+                    if *cut > self.pos && *cut < end {
+                        end = *cut;
+                    }
                 }
                 self.feed.clear();
                 self.feed.extend_from_slice(&self.history[self.pos..end]);
                 Ok(true)
             }
             Phase::Decode => self.decode_step(shared, on_piece, cancelled),
+        }
+    }
+
+    /// Whether its prompt is still being computed.
+    pub(crate) fn prefilling(&self) -> bool {
+        self.phase == Phase::Prefill
+    }
+
+    /// Its prompt.
+    pub(crate) fn prompt(&self) -> &[u32] {
+        &self.history[..self.prompt_len]
+    }
+
+    /// Whether its KV cache can be kept in the prefix cache.
+    pub(crate) fn snapshots(&self) -> bool {
+        self.w.snapshots()
+    }
+
+    /// Asks for its KV cache after the first `n` prompt tokens to be remembered in the
+    /// prefix cache, for a request that waits to share them: the prefill stops there once.
+    /// Nothing happens when those tokens are already computed.
+    pub(crate) fn share_prefix(&mut self, n: usize) {
+        if self.phase == Phase::Prefill
+            && n > self.pos
+            && n < self.prompt_len
+            && !self.share_at.contains(&n)
+        {
+            self.share_at.push(n);
         }
     }
 
@@ -202,6 +235,7 @@ impl Engine {
             lent,
             prompt_len: prompt.len(),
             hint: prefix_hint,
+            share_at: Vec::new(),
             cached,
             pos: cached,
             feed: Vec::new(),
@@ -230,9 +264,11 @@ impl Engine {
         seq.logits = logits;
         match seq.phase {
             Phase::Prefill if seq.pos < seq.prompt_len => {
-                if seq.hint == Some(seq.pos) {
+                if seq.hint == Some(seq.pos) || seq.share_at.contains(&seq.pos) {
                     self.remember(seq.history[..seq.pos].to_vec(), &seq.w);
                 }
+                let pos = seq.pos;
+                seq.share_at.retain(|n| *n > pos);
             }
             Phase::Prefill => {
                 seq.prefill_time = seq.started.elapsed();

@@ -333,3 +333,86 @@ async fn a_cancelled_request_leaves_the_batch_and_the_others_finish() {
     let again = ask("Once upon a time", "z", 48).await.unwrap();
     assert_eq!(again.tokens, reference.tokens);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sharing_a_system_prompt_compute_it_once() {
+    let Some(path) = model_path() else { return };
+    let system: String = (1..=14)
+        .map(|i| {
+            format!(
+                "Rule {i}: answer in one short sentence, cite the file and line you rely on, and \
+                 never invent a name that the evidence does not contain. "
+            )
+        })
+        .collect();
+    let questions = [
+        "Which file computes the discount?",
+        "What does apply_discounts return?",
+        "Where is the ledger total written?",
+    ];
+    let input = |q: &str| PromptInput::Chat {
+        messages: vec![Message::system(system.clone()), Message::human(q)],
+        tools: None,
+        assistant_prefix: String::new(),
+    };
+    let opts = |i: usize| GenerateOptions {
+        user: Some(format!("user-{i}")),
+        ..GenerateOptions::greedy().max_tokens(24)
+    };
+    // The references: one at a time, no prefix cache.
+    let alone = ModelHandle::spawn(
+        &path,
+        &LoadOptions {
+            max_batch: 1,
+            prefix_cache_entries: 0,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let mut reference = Vec::new();
+    for (i, q) in questions.iter().enumerate() {
+        reference.push(alone.generate(input(q), opts(i), None).await.unwrap());
+    }
+    assert!(reference.iter().all(|g| g.cached_prompt_tokens == 0));
+    drop(alone);
+
+    // All at once to an actor that keeps prefixes: whichever starts first computes the shared
+    // start of the prompts; the others start from it, whether they waited for it in flight
+    // or found it cached.
+    let together = ModelHandle::spawn(&path, &LoadOptions::default()).unwrap();
+    let calls = questions.iter().enumerate().map(|(i, q)| {
+        let h = together.clone();
+        let (input, opts) = (input(q), opts(i));
+        tokio::spawn(async move { h.generate(input, opts, None).await })
+    });
+    let got: Vec<Generation> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().unwrap())
+        .collect();
+    let stats = together.batch_stats();
+    eprintln!("batching: {stats:?}");
+    for (i, (a, b)) in reference.iter().zip(&got).enumerate() {
+        assert_eq!(a.tokens, b.tokens, "request {i}: tokens differ");
+        assert!(!b.text.trim().is_empty(), "request {i} gave no text");
+    }
+    let prompt = got.iter().map(|g| g.prompt_tokens).min().unwrap();
+    assert!(
+        prompt > 300,
+        "the system prompt is too short: {prompt} tokens"
+    );
+    let computed: usize = got
+        .iter()
+        .map(|g| g.prompt_tokens - g.cached_prompt_tokens)
+        .sum();
+    let starts: Vec<usize> = got.iter().map(|g| g.cached_prompt_tokens).collect();
+    assert_eq!(
+        starts.iter().filter(|&&c| c > 300).count(),
+        2,
+        "two requests should start from the shared prefix: {starts:?}"
+    );
+    assert!(
+        computed < prompt + 2 * 40,
+        "the shared prefix was computed more than once: {computed} prompt tokens computed, {starts:?}"
+    );
+}
