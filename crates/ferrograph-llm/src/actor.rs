@@ -353,7 +353,7 @@ fn admit(engine: &mut Engine, active: &mut Vec<Active>, w: Waiting) {
 fn in_flight_prefix(active: &mut [Active], tokens: &[u32]) -> Option<usize> {
     let mut best: Option<(usize, usize)> = None;
     for (i, a) in active.iter().enumerate() {
-        if a.outcome.is_some() || !a.seq.prefilling() || !a.seq.snapshots() {
+        if a.outcome.is_some() || !a.seq.prefilling() || !a.seq.w.snapshots() {
             continue;
         }
         let n = common_prefix(a.seq.prompt(), tokens).min(tokens.len().saturating_sub(1));
@@ -625,13 +625,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn last_pieces_arrive_before_the_reply() {
-        let (tx, mut pieces) = mpsc::channel(1);
+    /// A sink whose channel has room for one piece, given three: two wait in its backlog.
+    fn sink_with_backlog() -> (PieceSink, mpsc::Receiver<String>) {
+        let (tx, pieces) = mpsc::channel(1);
         let mut sink = PieceSink::new(Some(tx));
         for p in ["a", "b", "c"] {
             sink.push(p);
         }
+        (sink, pieces)
+    }
+
+    #[test]
+    fn last_pieces_arrive_before_the_reply() {
+        let (sink, mut pieces) = sink_with_backlog();
         let (reply, mut rx) = oneshot::channel();
         sink.close(reply, Ok(generation("abc")));
         let mut got = String::new();
@@ -645,11 +651,7 @@ mod tests {
 
     #[test]
     fn a_helper_that_cannot_start_still_replies() {
-        let (tx, mut pieces) = mpsc::channel(1);
-        let mut sink = PieceSink::new(Some(tx));
-        for p in ["a", "b", "c"] {
-            sink.push(p);
-        }
+        let (sink, mut pieces) = sink_with_backlog();
         let (reply, mut rx) = oneshot::channel();
         sink.close_with(reply, Ok(generation("abc")), |_| {
             Err(std::io::Error::other("no threads left"))

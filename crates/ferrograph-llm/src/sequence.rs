@@ -114,11 +114,6 @@ impl Sequence {
         &self.history[..self.prompt_len]
     }
 
-    /// Whether its KV cache can be kept in the prefix cache.
-    pub(crate) fn snapshots(&self) -> bool {
-        self.w.snapshots()
-    }
-
     /// Asks for its KV cache after the first `n` prompt tokens to be remembered in the
     /// prefix cache, for a request that waits to share them: the prefill stops there once.
     /// Nothing happens when those tokens are already computed.
