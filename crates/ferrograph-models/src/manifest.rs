@@ -174,14 +174,21 @@ impl Manifest {
     /// The path of `name`'s main file, or [`LlmError::ModelMissing`] naming the fetch command.
     pub fn model_path(&self, name: &str) -> Result<PathBuf, LlmError> {
         let entry = self.get(name).ok_or_else(|| {
-            LlmError::Validation(format!(
-                "unknown model `{name}`; known: {}",
-                self.models
-                    .iter()
-                    .map(|m| m.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+            let known = self
+                .models
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            // A path that does not exist was meant as a file, not as a manifest name.
+            if name.contains(std::path::MAIN_SEPARATOR) || name.ends_with(".gguf") {
+                LlmError::Validation(format!(
+                    "no model file at `{name}`: give the path of an existing GGUF file, or a \
+                     model name from models/models.toml ({known})"
+                ))
+            } else {
+                LlmError::Validation(format!("unknown model `{name}`; known: {known}"))
+            }
         })?;
         let path = entry
             .main_file(&self.dir)
@@ -595,5 +602,27 @@ pub fn fetch_error(model: &str, error: &ferrograph_fetch::FetchError) -> LlmErro
     LlmError::Fetch {
         model: model.to_string(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_missing_path_is_reported_as_a_missing_file_and_a_name_as_unknown() {
+        let m = Manifest::default_manifest().expect("the repository's manifest");
+        let err = m
+            .model_path("/nonexistent/model.gguf")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no model file at `/nonexistent/model.gguf`"),
+            "{err}"
+        );
+        assert!(err.contains("smollm2-135m-instruct-q4_1"), "{err}");
+        let err = m.model_path("no-such-model").unwrap_err().to_string();
+        assert!(err.contains("unknown model `no-such-model`"), "{err}");
     }
 }
