@@ -56,22 +56,45 @@ fn from_f16(b: u16) -> f32 {
     f16::from_bits(b).to_f32()
 }
 
+/// Positions a sliding-window cache keeps beyond what its next row can see, so that a
+/// snapshot of it can still be rewound by this many tokens (the end of a chat turn rendered
+/// again differently, say). Four blocks.
+pub(crate) const SLIDING_SLACK: usize = 4 * KEY_BLOCK;
+
 /// One layer's cached keys and values, as half floats.
 ///
 /// Stored by blocks of [`KEY_BLOCK`] positions and key/value heads: block `b` of head `g`
-/// starts at `(b * kv_heads + g) * 2 * hd * KEY_BLOCK` and holds the keys transposed (`hd`
-/// rows of [`KEY_BLOCK`] lanes, lane `i` being position `b * KEY_BLOCK + i`), then the values
-/// ([`KEY_BLOCK`] rows of `hd`). What one head's attention reads for sixteen positions is one
-/// contiguous 4 KiB (at 64 dimensions), read in order. The last block's lanes past `len` hold
-/// zeros or stale entries and are never used.
+/// starts at `((b - first) * kv_heads + g) * 2 * hd * KEY_BLOCK` and holds the keys transposed
+/// (`hd` rows of [`KEY_BLOCK`] lanes, lane `i` being position `b * KEY_BLOCK + i`), then the
+/// values ([`KEY_BLOCK`] rows of `hd`). What one head's attention reads for sixteen positions
+/// is one contiguous 4 KiB (at 64 dimensions), read in order. The last block's lanes past
+/// `len` hold zeros or stale entries and are never used.
+///
+/// A sliding-window layer's cache ([`KvCache::sliding`]) drops its oldest blocks once no
+/// later row can see them (with [`SLIDING_SLACK`] positions to spare): `first` blocks are
+/// gone from the front. Its memory then stays near the window, however long the sequence,
+/// as llama.cpp's sliding-window cache does; what attention reads is unchanged, so the
+/// output is bit for bit the same.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KvCache {
     data: Vec<u16>,
     /// Cached positions.
     len: usize,
+    /// Blocks dropped from the front.
+    first: usize,
+    /// The layer's attention window, for a sliding-window layer.
+    window: Option<usize>,
 }
 
 impl KvCache {
+    /// An empty cache for a layer that attends through a window of `window` positions.
+    pub(crate) fn sliding(window: usize) -> KvCache {
+        KvCache {
+            window: Some(window.max(1)),
+            ..KvCache::default()
+        }
+    }
+
     /// Cached positions.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -83,49 +106,87 @@ impl KvCache {
         self.data.capacity() * std::mem::size_of::<u16>()
     }
 
-    /// Half floats held by the blocks of `len` positions.
-    fn span(len: usize, kv_dim: usize) -> usize {
-        len.div_ceil(KEY_BLOCK) * KEY_BLOCK * 2 * kv_dim
+    /// Half floats held by the kept blocks of the first `len` positions.
+    fn span(&self, len: usize, kv_dim: usize) -> usize {
+        len.div_ceil(KEY_BLOCK).saturating_sub(self.first) * KEY_BLOCK * 2 * kv_dim
     }
 
-    /// Keeps the first `len` positions (keeping the memory).
+    /// The first block that a row at position `pos` or later can see.
+    fn first_seen(&self, pos: usize) -> usize {
+        self.window
+            .map_or(0, |w| (pos + 1).saturating_sub(w) / KEY_BLOCK)
+    }
+
+    /// Whether the sequence can go on from `len` cached positions: every key the rows from
+    /// there on see is still held (always, but for a sliding-window cache that dropped blocks
+    /// from the front more than [`SLIDING_SLACK`] positions ago).
+    pub(crate) fn rewinds_to(&self, len: usize) -> bool {
+        len == 0 || len >= self.len || self.first_seen(len) >= self.first
+    }
+
+    /// Keeps the first `len` positions (keeping the memory). The caller checks
+    /// [`KvCache::rewinds_to`] first; `len` 0 always empties it.
     pub(crate) fn truncate(&mut self, len: usize, kv_dim: usize) {
+        if len == 0 {
+            self.data.clear();
+            self.first = 0;
+            self.len = 0;
+            return;
+        }
         let len = len.min(self.len);
-        self.data.truncate(Self::span(len, kv_dim));
+        self.data.truncate(self.span(len, kv_dim));
         self.len = len;
     }
 
-    /// A copy of the first `len` positions, holding only their memory.
+    /// A copy of the first `len` positions, holding only their memory. The caller checks
+    /// [`KvCache::rewinds_to`] first.
     pub(crate) fn prefix(&self, len: usize, kv_dim: usize) -> KvCache {
         let len = len.min(self.len);
+        if len == 0 {
+            return KvCache {
+                window: self.window,
+                ..KvCache::default()
+            };
+        }
         KvCache {
-            data: self.data[..Self::span(len, kv_dim)].to_vec(),
+            data: self.data[..self.span(len, kv_dim)].to_vec(),
             len,
+            first: self.first,
+            window: self.window,
         }
     }
 
-    /// Appends the keys and values of new positions (`kv_heads * hd` each, row by row).
+    /// Appends the keys and values of new positions (`kv_heads * hd` each, row by row). A
+    /// sliding-window cache first drops the blocks that no row from here on can see.
     pub(crate) fn append(&mut self, keys: &[f32], values: &[f32], kv_heads: usize, hd: usize) {
         let kv = kv_heads * hd;
+        let block = 2 * hd * KEY_BLOCK;
+        if self.window.is_some() {
+            let keep = self.first_seen(self.len.saturating_sub(SLIDING_SLACK));
+            if keep > self.first {
+                let drop = ((keep - self.first) * kv_heads * block).min(self.data.len());
+                self.data.drain(..drop);
+                self.first = keep;
+            }
+        }
         let total = self.len + keys.len() / kv;
-        let want = Self::span(total, kv);
+        let want = self.span(total, kv);
         if self.data.capacity() < want {
             // Exact growth with headroom: `reserve` would double the capacity, which at long
             // contexts keeps up to half the cache unused.
             self.data
-                .reserve_exact(Self::span(total + 256, kv) - self.data.len());
+                .reserve_exact(self.span(total + 256, kv) - self.data.len());
         }
         if self.data.len() < want {
             self.data.resize(want, 0);
         }
-        let block = 2 * hd * KEY_BLOCK;
         for (i, (kr, vr)) in keys
             .chunks_exact(kv)
             .zip(values.chunks_exact(kv))
             .enumerate()
         {
             let j = self.len + i;
-            let (b, lane) = (j / KEY_BLOCK, j % KEY_BLOCK);
+            let (b, lane) = (j / KEY_BLOCK - self.first, j % KEY_BLOCK);
             for (g, (kh, vh)) in kr.chunks_exact(hd).zip(vr.chunks_exact(hd)).enumerate() {
                 let base = (b * kv_heads + g) * block;
                 for (d, &x) in kh.iter().enumerate() {
@@ -141,8 +202,9 @@ impl KvCache {
     }
 
     /// Block `b` of key/value head `g`: its transposed keys and its values.
+    /// Block `b` must still be held (`b >= first`): attention reads only blocks its rows see.
     fn block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> (&[u16], &[u16]) {
-        let at = (b * kv_heads + g) * 2 * hd * KEY_BLOCK;
+        let at = ((b - self.first) * kv_heads + g) * 2 * hd * KEY_BLOCK;
         self.data[at..at + 2 * hd * KEY_BLOCK].split_at(hd * KEY_BLOCK)
     }
 }
@@ -775,6 +837,54 @@ mod tests {
     }
 
     #[test]
+    fn a_sliding_cache_drops_what_no_row_sees_and_refuses_to_rewind_past_it() {
+        let (kv_heads, hd, window) = (2, 4, 20);
+        let kv = kv_heads * hd;
+        let keys: Vec<f32> = (0..1000 * kv).map(|i| i as f32).collect();
+        let values: Vec<f32> = (0..1000 * kv).map(|i| -(i as f32)).collect();
+        let mut full = KvCache::default();
+        let mut c = KvCache::sliding(window);
+        // A prompt of 50 in one pass, then decode steps up to 1,000 positions.
+        full.append(&keys[..50 * kv], &values[..50 * kv], kv_heads, hd);
+        c.append(&keys[..50 * kv], &values[..50 * kv], kv_heads, hd);
+        for j in 50..1000 {
+            let r = j * kv..(j + 1) * kv;
+            full.append(&keys[r.clone()], &values[r.clone()], kv_heads, hd);
+            c.append(&keys[r.clone()], &values[r], kv_heads, hd);
+        }
+        // The last append was at 999: blocks before (999 - 64 + 1 - 20) / 16 = 57 are gone.
+        assert_eq!((c.len(), c.first), (1000, 57));
+        assert_eq!(c.data.len(), (63 - 57) * KEY_BLOCK * 2 * kv);
+        assert!(
+            c.bytes() * 2 < full.bytes(),
+            "{} vs {}",
+            c.bytes(),
+            full.bytes()
+        );
+        for b in 57..63 {
+            for g in 0..kv_heads {
+                assert_eq!(
+                    c.block(b, g, kv_heads, hd),
+                    full.block(b, g, kv_heads, hd),
+                    "block {b}"
+                );
+            }
+        }
+        // Rows from 931 on see only kept blocks; a row at 930 would need block 56.
+        assert!(c.rewinds_to(1000) && c.rewinds_to(931) && c.rewinds_to(0));
+        assert!(!c.rewinds_to(930) && !c.rewinds_to(100));
+        assert!(full.rewinds_to(1));
+        let p = c.prefix(950, kv);
+        assert_eq!((p.len(), p.first, p.window), (950, 57, Some(window)));
+        assert!(p.data == c.data[..(60 - 57) * KEY_BLOCK * 2 * kv]);
+        // Going back to the start empties it, ready for a new sequence.
+        c.truncate(0, kv);
+        assert_eq!((c.len(), c.first, c.data.len()), (0, 0, 0));
+        c.append(&keys[..16 * kv], &values[..16 * kv], kv_heads, hd);
+        assert_eq!(c.block(0, 1, kv_heads, hd), full.block(0, 1, kv_heads, hd));
+    }
+
+    #[test]
     fn blocks_match_exact_attention_and_are_the_same_bits_in_any_batch_split_or_isa() {
         // SmolLM2's heads (9 over 3, 64 wide), Gemma 3's (4 over 1, 256 wide) with a sliding
         // window, one query head per key/value head, 8-wide heads (scalar values path);
@@ -804,11 +914,20 @@ mod tests {
                 // Keys scaled up so that the softmax is peaked and the maxima move.
                 let k: Vec<f32> = noise(7 * i as u64 + 1, n).iter().map(|x| x * 4.0).collect();
                 let v = noise(7 * i as u64 + 2, n);
-                let mut c = KvCache::default();
-                // Cached in two appends, as a prompt and its continuation.
-                let cut = (pos / 2) * kv;
-                c.append(&k[..cut], &v[..cut], kv_heads, hd);
-                c.append(&k[cut..], &v[cut..], kv_heads, hd);
+                // A windowed layer's cache drops what its rows no longer see.
+                let mut c = window.map_or_else(KvCache::default, KvCache::sliding);
+                // Cached in passes of at most 100 positions, as a prompt in several passes,
+                // then the new rows.
+                for piece in k[..pos * kv]
+                    .chunks(100 * kv)
+                    .zip(v[..pos * kv].chunks(100 * kv))
+                {
+                    c.append(piece.0, piece.1, kv_heads, hd);
+                }
+                c.append(&k[pos * kv..], &v[pos * kv..], kv_heads, hd);
+                if window.is_some() && pos >= 1000 {
+                    assert!(c.first > 0, "case {ci}: nothing dropped at {pos}");
+                }
                 keys.push(k);
                 values.push(v);
                 caches.push(c);

@@ -15,7 +15,7 @@
 //! prompt prefix snapshots stay cheap and independent.
 
 use crate as kernels;
-use crate::attention::{attention, AttnSeq, AttnShape, KvCache};
+use crate::attention::{attention, AttnSeq, AttnShape, KvCache, SLIDING_SLACK};
 use crate::ops::{add, add_rows, dot8, exp_approx};
 use crate::{GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
@@ -496,7 +496,14 @@ impl DecoderModel {
                 sliding: cfg.is_sliding(l),
             });
         }
-        let layers_n = cfg.layers;
+        // Sliding-window layers keep only the keys their window can still reach.
+        let cache: Vec<KvCache> = layers
+            .iter()
+            .map(|l: &Layer| match cfg.sliding_window {
+                Some(w) if l.sliding => KvCache::sliding(w),
+                _ => KvCache::default(),
+            })
+            .collect();
         let rope_global = inv_freq(cfg.rope_base, hd);
         let rope_local = cfg
             .sliding_window
@@ -511,7 +518,7 @@ impl DecoderModel {
                 rope_global,
                 rope_local,
             }),
-            cache: vec![KvCache::default(); layers_n],
+            cache,
             len: 0,
         })
     }
@@ -526,16 +533,28 @@ impl DecoderModel {
         self.len
     }
 
+    /// Whether the sequence can go on from its first `len` cached tokens. Always, except where
+    /// a sliding-window layer has dropped keys that rows from `len` on would see: it keeps
+    /// only its window and 64 tokens more, so a long sequence can
+    /// be rewound only that far.
+    pub fn rewinds_to(&self, len: usize) -> bool {
+        self.cache.iter().all(|c| c.rewinds_to(len))
+    }
+
     /// A copy whose KV cache holds only the first `len` cached tokens: a conversation that
     /// shares only the start of this one continues from there. Only what is kept is copied.
-    pub fn clone_prefix(&self, len: usize) -> Self {
+    /// `None` when it cannot go on from there ([`DecoderModel::rewinds_to`]).
+    pub fn clone_prefix(&self, len: usize) -> Option<Self> {
         let len = len.min(self.len);
+        if !self.rewinds_to(len) {
+            return None;
+        }
         let kv = self.w.cfg.kv_dim();
-        DecoderModel {
+        Some(DecoderModel {
             w: self.w.clone(),
             cache: self.cache.iter().map(|c| c.prefix(len, kv)).collect(),
             len,
-        }
+        })
     }
 
     /// Bytes held by the KV cache (half floats, capacity included).
@@ -618,6 +637,13 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
         if it.pos > it.model.len {
             return Err(format!(
                 "position {} is past the {} cached tokens",
+                it.pos, it.model.len
+            ));
+        }
+        if !it.model.rewinds_to(it.pos) {
+            return Err(format!(
+                "cannot go back to position {} of {}: the sliding-window layers keep only \
+                 {SLIDING_SLACK} tokens beyond their window",
                 it.pos, it.model.len
             ));
         }

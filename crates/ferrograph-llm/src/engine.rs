@@ -212,7 +212,7 @@ impl Weights {
     /// (our kernels can; candle's models only append).
     fn clone_prefix(&self, len: usize) -> Option<Weights> {
         match self {
-            Weights::Fast(m) => Some(Weights::Fast(m.clone_prefix(len))),
+            Weights::Fast(m) => m.clone_prefix(len).map(Weights::Fast),
             _ => None,
         }
     }
@@ -226,9 +226,10 @@ impl Weights {
         }
     }
 
-    /// Whether [`Weights::clone_prefix`] works for this backend.
-    fn rewinds(&self) -> bool {
-        matches!(self, Weights::Fast(_))
+    /// Whether [`Weights::clone_prefix`] to `len` tokens works: for our kernels, unless a
+    /// sliding-window layer already dropped what the tokens from there on would see.
+    fn rewinds_to(&self, len: usize) -> bool {
+        matches!(self, Weights::Fast(m) if m.rewinds_to(len))
     }
 
     /// Whether a clone is an independent snapshot of the KV cache (caches built by
@@ -657,7 +658,7 @@ impl Engine {
                 e.tokens.len()
             } else {
                 let n = common_prefix(&e.tokens, prompt).min(prompt.len() - 1);
-                if n >= MIN_SHARED_PREFIX && e.weights.rewinds() {
+                if n >= MIN_SHARED_PREFIX && e.weights.rewinds_to(n) {
                     n
                 } else {
                     0
