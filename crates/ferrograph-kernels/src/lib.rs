@@ -7,7 +7,8 @@
 //!
 //!
 //! Weights are repacked at load time from their GGUF block types into a few internal layouts
-//! ([`Packed`]), each made of blocks of 32 elements with `f32` scales:
+//! ([`Packed`]), each made of blocks of 32 elements with `f32` scales (half floats in the
+//! interleaved layouts whose GGUF scales are half floats, which keeps them exact):
 //!
 //! | layout | value of element `i` of a block | from GGUF |
 //! |---|---|---|
@@ -26,7 +27,9 @@
 //!
 //! Matrices whose row count is a multiple of 8 are stored interleaved instead
 //! ([`Packed::U4x8`] and its siblings): the blocks of eight consecutive rows side by side, so
-//! that one 32-bit lane of a SIMD register holds four weights of one row. A kernel then
+//! that one 32-bit lane of a SIMD register holds four weights of one row. 5-bit weights are
+//! kept as 5 bits there ([`Packed::U5x8`]: the nibbles of `U4x8` and a plane of high bits),
+//! not a byte each: 24 bytes per block of 32 against the GGUF's 22, where bytes took 40. A kernel then
 //! multiplies eight rows by four broadcast activation bytes per instruction, sums in 16-bit
 //! lanes where the bounds allow, and applies the block scales to eight rows with one
 //! multiply-add: about a third of the instructions of the row-by-row kernel, for decode and
@@ -207,24 +210,31 @@ pub enum Packed {
         /// Nibbles, interleaved.
         q: Vec<u8>,
     },
-    /// `U8` with eight rows interleaved as in [`Packed::I8x8`] (scales and offsets as in
-    /// [`Packed::U4x8`]).
-    U8x8 {
-        /// Scale per row and block.
-        d: Vec<f32>,
-        /// Offset per row and block.
-        m: Vec<f32>,
-        /// Quants, interleaved.
+    /// `U8` (5-bit quants, from Q5_0 and Q5_1) with eight rows interleaved as 5 bits: the low
+    /// four bits of each quant laid out as the nibbles of [`Packed::U4x8`], and their fifth
+    /// bits in eight 32-bit words per block, one per register that the nibbles unpack to:
+    /// word `r` (`h[8 * gb + r]`) holds for chunk `c = r % 4` the fifth bits of the low
+    /// nibbles (`r < 4`) or the high ones (`r >= 4`), bit `4 * lane + j` for byte `4 * lane +
+    /// j` of the chunk. Scales and offsets are half floats (exact: Q5_0's offset is `-16 d`,
+    /// Q5_1's its own half float), laid out as in [`Packed::U4x8`].
+    U5x8 {
+        /// Scale per row and block, half-float bits.
+        d: Vec<u16>,
+        /// Offset per row and block, half-float bits.
+        m: Vec<u16>,
+        /// Low four bits, interleaved as in [`Packed::U4x8`].
         q: Vec<u8>,
+        /// Fifth bits, eight words per block.
+        h: Vec<u32>,
     },
     /// `I8` with the blocks of each group of eight rows interleaved (row count a multiple of
     /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale of lane (row
     /// `8g + lane`) is `d[8 * gb + lane]`; the 256 quant bytes are eight chunks of 32, chunk
     /// `c` holding elements `4c..4c + 4` of each lane in turn (`q[256 * gb + 32 * c + 4 * lane
-    /// + j]` is element `4c + j`).
+    /// + j]` is element `4c + j`). The scales are half floats, as Q8_0 stores them.
     I8x8 {
-        /// Scale per row and block.
-        d: Vec<f32>,
+        /// Scale per row and block, half-float bits.
+        d: Vec<u16>,
         /// Quants, interleaved.
         q: Vec<i8>,
     },
@@ -254,15 +264,22 @@ impl Packed {
     /// Asks for transparent huge pages under every buffer ([`hugepages::advise`]).
     fn advise_huge_pages(&self) {
         match self {
-            Packed::U4 { d, m, q }
-            | Packed::U8 { d, m, q }
-            | Packed::U4x8 { d, m, q }
-            | Packed::U8x8 { d, m, q } => {
+            Packed::U4 { d, m, q } | Packed::U8 { d, m, q } | Packed::U4x8 { d, m, q } => {
                 hugepages::advise(d);
                 hugepages::advise(m);
                 hugepages::advise(q);
             }
-            Packed::I8 { d, q } | Packed::I8x8 { d, q } => {
+            Packed::U5x8 { d, m, q, h } => {
+                hugepages::advise(d);
+                hugepages::advise(m);
+                hugepages::advise(q);
+                hugepages::advise(h);
+            }
+            Packed::I8 { d, q } => {
+                hugepages::advise(d);
+                hugepages::advise(q);
+            }
+            Packed::I8x8 { d, q } => {
                 hugepages::advise(d);
                 hugepages::advise(q);
             }
@@ -388,11 +405,12 @@ impl QMatrix {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         match &self.packed {
-            Packed::U4 { d, m, q }
-            | Packed::U4x8 { d, m, q }
-            | Packed::U8 { d, m, q }
-            | Packed::U8x8 { d, m, q } => (d.len() + m.len()) * 4 + q.len(),
-            Packed::I8 { d, q } | Packed::I8x8 { d, q } => d.len() * 4 + q.len(),
+            Packed::U4 { d, m, q } | Packed::U4x8 { d, m, q } | Packed::U8 { d, m, q } => {
+                (d.len() + m.len()) * 4 + q.len()
+            }
+            Packed::U5x8 { d, m, q, h } => (d.len() + m.len()) * 2 + q.len() + h.len() * 4,
+            Packed::I8 { d, q } => d.len() * 4 + q.len(),
+            Packed::I8x8 { d, q } => d.len() * 2 + q.len(),
             Packed::I8S16 { d, s, q } | Packed::I8S16x8 { d, s, q } => {
                 d.len() * 4 + s.len() * 2 + q.len()
             }
@@ -409,8 +427,8 @@ impl QMatrix {
             let g = all.group(row / 8, nb);
             let lane = row % 8;
             for (b, o) in out.chunks_exact_mut(QK).enumerate() {
-                let db = g.d[8 * b + lane];
-                let mb = g.m.map_or(0.0, |m| m[8 * b + lane]);
+                let db = g.d.get(8 * b + lane);
+                let mb = g.m.map_or(0.0, |m| m.get(8 * b + lane));
                 for (k, o) in o.iter_mut().enumerate() {
                     let sub =
                         g.s.map_or(1.0, |s| s[32 * b + 16 * (k / 16) + 2 * lane] as f32);
@@ -447,7 +465,7 @@ impl QMatrix {
                 }
                 // Read through `interleaved` above.
                 Packed::U4x8 { .. }
-                | Packed::U8x8 { .. }
+                | Packed::U5x8 { .. }
                 | Packed::I8x8 { .. }
                 | Packed::I8S16x8 { .. } => {}
             }
@@ -458,15 +476,25 @@ impl QMatrix {
     /// The arrays of an interleaved matrix; `None` for the row-by-row layouts.
     pub(crate) fn interleaved(&self) -> Option<Interleaved<'_>> {
         let (d, m, s, q) = match &self.packed {
-            Packed::U4x8 { d, m, q } => (d, Some(m), None, GroupQuants::Nibbles(q)),
-            Packed::U8x8 { d, m, q } => (d, Some(m), None, GroupQuants::Unsigned(q)),
-            Packed::I8x8 { d, q } => (d, None, None, GroupQuants::Signed(q)),
-            Packed::I8S16x8 { d, s, q } => (d, None, Some(s), GroupQuants::Signed(q)),
+            Packed::U4x8 { d, m, q } => (
+                Scales::F32(d),
+                Some(Scales::F32(m)),
+                None,
+                GroupQuants::Nibbles(q),
+            ),
+            Packed::U5x8 { d, m, q, h } => (
+                Scales::F16(d),
+                Some(Scales::F16(m)),
+                None,
+                GroupQuants::Nibbles5(q, h),
+            ),
+            Packed::I8x8 { d, q } => (Scales::F16(d), None, None, GroupQuants::Signed(q)),
+            Packed::I8S16x8 { d, s, q } => (Scales::F32(d), None, Some(s), GroupQuants::Signed(q)),
             _ => return None,
         };
         Some(Interleaved {
             d,
-            m: m.map(Vec::as_slice),
+            m,
             s: s.map(Vec::as_slice),
             q,
         })
@@ -589,9 +617,9 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
 #[derive(Clone, Copy)]
 pub(crate) struct Interleaved<'a> {
     /// Scales, 8 per block (one per row).
-    pub d: &'a [f32],
-    /// Offsets, 8 per block (`U4x8`, `U8x8`).
-    pub m: Option<&'a [f32]>,
+    pub d: Scales<'a>,
+    /// Offsets, 8 per block (`U4x8`, `U5x8`).
+    pub m: Option<Scales<'a>>,
     /// Doubled sub-scales, 32 per block (`I8S16x8`).
     pub s: Option<&'a [i16]>,
     /// The quants.
@@ -606,16 +634,66 @@ impl<'a> Interleaved<'a> {
     pub(crate) fn group(&self, g: usize, nb: usize) -> Interleaved<'a> {
         let r = |n: usize| n * g * nb..n * (g + 1) * nb;
         Interleaved {
-            d: &self.d[r(8)],
-            m: self.m.map(|m| &m[r(8)]),
+            d: self.d.range(r(8)),
+            m: self.m.map(|m| m.range(r(8))),
             s: self.s.map(|s| &s[r(32)]),
             q: match self.q {
                 GroupQuants::Nibbles(q) => GroupQuants::Nibbles(&q[r(128)]),
-                GroupQuants::Unsigned(q) => GroupQuants::Unsigned(&q[r(256)]),
+                GroupQuants::Nibbles5(q, h) => GroupQuants::Nibbles5(&q[r(128)], &h[r(8)]),
                 GroupQuants::Signed(q) => GroupQuants::Signed(&q[r(256)]),
             },
         }
     }
+}
+
+/// The scales (or offsets) of [`Interleaved`] rows: `f32`, or half-float bits where the GGUF's
+/// own are half floats (exact, and half the bytes to read).
+#[derive(Clone, Copy)]
+pub(crate) enum Scales<'a> {
+    /// Single precision.
+    F32(&'a [f32]),
+    /// Half-float bits.
+    F16(&'a [u16]),
+}
+
+impl<'a> Scales<'a> {
+    /// Values held.
+    pub(crate) fn len(self) -> usize {
+        match self {
+            Scales::F32(v) => v.len(),
+            Scales::F16(v) => v.len(),
+        }
+    }
+
+    /// Value `i` as `f32`.
+    pub(crate) fn get(self, i: usize) -> f32 {
+        match self {
+            Scales::F32(v) => v[i],
+            Scales::F16(v) => f16_to_f32(v[i]),
+        }
+    }
+
+    /// The values of `r`.
+    fn range(self, r: std::ops::Range<usize>) -> Scales<'a> {
+        match self {
+            Scales::F32(v) => Scales::F32(&v[r]),
+            Scales::F16(v) => Scales::F16(&v[r]),
+        }
+    }
+}
+
+/// Where the fifth bit of quant `k` (0..32) of lane `lane` lies in a [`Packed::U5x8`] block:
+/// its word (the register its nibble unpacks to) and its bit.
+fn fifth_bit(lane: usize, k: usize) -> (usize, usize) {
+    let (c, j) = ((k % 16) / 4, k % 4);
+    (c + 4 * (k / 16), 4 * lane + j)
+}
+
+/// `v`, which came from a half float, as half-float bits; `None` if it does not fit one
+/// exactly (a Q5_0 offset, `-16 d`, past the half-float range).
+fn exact_f16(v: f32) -> Option<u16> {
+    let h = half::f16::from_f32(v);
+    (h.to_f32() == v || (v.is_nan() && h.is_nan())).then(|| h.to_bits())
 }
 
 /// The quants of [`Interleaved`] rows.
@@ -623,8 +701,8 @@ impl<'a> Interleaved<'a> {
 pub(crate) enum GroupQuants<'a> {
     /// 4-bit, 128 bytes per block (`U4x8`).
     Nibbles(&'a [u8]),
-    /// Unsigned bytes, 256 per block (`U8x8`).
-    Unsigned(&'a [u8]),
+    /// 5-bit: the nibbles of `Nibbles` and eight words of fifth bits per block (`U5x8`).
+    Nibbles5(&'a [u8], &'a [u32]),
     /// Signed bytes, 256 per block (`I8x8`, `I8S16x8`).
     Signed(&'a [i8]),
 }
@@ -643,7 +721,11 @@ impl GroupQuants<'_> {
                 let byte = q[lane_index(16, b, lane, k % 16)];
                 i32::from(if k < 16 { byte & 0x0f } else { byte >> 4 })
             }
-            GroupQuants::Unsigned(q) => i32::from(q[lane_index(QK, b, lane, k)]),
+            GroupQuants::Nibbles5(q, h) => {
+                let low = GroupQuants::Nibbles(q).value(b, lane, k);
+                let (word, bit) = fifth_bit(lane, k);
+                low | (((h[8 * b + word] >> bit) & 1) as i32) << 4
+            }
             GroupQuants::Signed(q) => i32::from(q[lane_index(QK, b, lane, k)]),
         }
     }
@@ -694,18 +776,20 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
                 q,
             }
         }
-        Packed::U8 { d, m, mut q } => {
-            interleave_in_place(&mut q, rows, nb, QK, 4);
-            Packed::U8x8 {
-                d: per_block(d),
-                m: per_block(m),
-                q,
+        Packed::U8 { d, m, q } => match five_bits(&d, &m, &q, rows, nb) {
+            Some(packed) => packed,
+            // Offsets past the half-float range: kept row by row, in `f32`.
+            None => Packed::U8 { d, m, q },
+        },
+        Packed::I8 { d, mut q } => match d.iter().map(|&v| exact_f16(v)).collect() {
+            Some(half) => {
+                interleave_in_place(&mut q, rows, nb, QK, 4);
+                let mut half: Vec<u16> = half;
+                interleave_in_place(&mut half, rows, nb, 1, 1);
+                Packed::I8x8 { d: half, q }
             }
-        }
-        Packed::I8 { d, mut q } => {
-            interleave_in_place(&mut q, rows, nb, QK, 4);
-            Packed::I8x8 { d: per_block(d), q }
-        }
+            None => Packed::I8 { d, q },
+        },
         Packed::I8S16 { d, mut s, mut q } => {
             interleave_in_place(&mut q, rows, nb, QK, 4);
             // Each lane's two sub-scales per block, then each written twice: one 32-bit lane
@@ -720,6 +804,44 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
         }
         interleaved => interleaved,
     }
+}
+
+/// The [`Packed::U5x8`] form of a row-by-row `U8` matrix of 5-bit quants (`rows` a multiple
+/// of 8, `nb` blocks per row); `None` when a scale or offset is not exactly a half float.
+fn five_bits(d: &[f32], m: &[f32], q: &[u8], rows: usize, nb: usize) -> Option<Packed> {
+    let mut dh: Vec<u16> = d.iter().map(|&v| exact_f16(v)).collect::<Option<_>>()?;
+    let mut mh: Vec<u16> = m.iter().map(|&v| exact_f16(v)).collect::<Option<_>>()?;
+    interleave_in_place(&mut dh, rows, nb, 1, 1);
+    interleave_in_place(&mut mh, rows, nb, 1, 1);
+    let blocks = rows * nb;
+    let mut nibbles = Vec::with_capacity(blocks * 16);
+    // Eight words of 32 fifth bits per group of eight rows and block: one word per block.
+    let mut h = vec![0u32; blocks];
+    // Row by row, as `U4` packs nibbles: element `i < 16` low, `i + 16` high, of byte `i`.
+    for qs in q.chunks_exact(QK) {
+        for i in 0..16 {
+            nibbles.push((qs[i] & 0x0f) | ((qs[i + 16] & 0x0f) << 4));
+        }
+    }
+    interleave_in_place(&mut nibbles, rows, nb, 16, 4);
+    for g in 0..rows / 8 {
+        for b in 0..nb {
+            let gb = g * nb + b;
+            for lane in 0..8 {
+                let qs = &q[((8 * g + lane) * nb + b) * QK..][..QK];
+                for (k, &v) in qs.iter().enumerate() {
+                    let (word, bit) = fifth_bit(lane, k);
+                    h[8 * gb + word] |= u32::from((v >> 4) & 1) << bit;
+                }
+            }
+        }
+    }
+    Some(Packed::U5x8 {
+        d: dh,
+        m: mh,
+        q: nibbles,
+        h,
+    })
 }
 
 /// Rows of activations quantized to 8-bit blocks of [`QK`].
@@ -866,7 +988,10 @@ pub fn detected_isa() -> Isa {
 pub fn isa_available(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        // F16C converts the interleaved layouts' half-float scales.
+        let avx2 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
         match isa {
             Isa::Scalar => true,
             Isa::Avx2 => avx2,

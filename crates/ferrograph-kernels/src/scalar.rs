@@ -24,7 +24,7 @@ pub(crate) fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32
                 }
                 // Interleaved matrices go through `dot_x8`.
                 Packed::U4x8 { .. }
-                | Packed::U8x8 { .. }
+                | Packed::U5x8 { .. }
                 | Packed::I8x8 { .. }
                 | Packed::I8S16x8 { .. } => {}
                 Packed::U8 { d, m, q } => {
@@ -73,8 +73,8 @@ pub(crate) fn dot_x8(g: &Interleaved<'_>, x: &Acts<'_>, out: &mut [f32]) {
                         .sum();
                     sum += part * g.s.map_or(1, |s| s[32 * b + 16 * h + 2 * lane] as i32);
                 }
-                acc += g.d[8 * b + lane] * x.d[xb] * sum as f32
-                    + g.m.map_or(0.0, |m| m[8 * b + lane] * x.s[xb]);
+                acc += g.d.get(8 * b + lane) * x.d[xb] * sum as f32
+                    + g.m.map_or(0.0, |m| m.get(8 * b + lane) * x.s[xb]);
             }
             *o = acc;
         }

@@ -120,7 +120,7 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
             }
             // Interleaved matrices go through `dot_x8`.
             Packed::U4x8 { .. }
-            | Packed::U8x8 { .. }
+            | Packed::U5x8 { .. }
             | Packed::I8x8 { .. }
             | Packed::I8S16x8 { .. } => {}
             Packed::U8 { d, m, q } => {
@@ -168,7 +168,7 @@ macro_rules! x8_kernels {
             // See the note on the enclosing module.
             #![allow(clippy::needless_range_loop)]
 
-            use super::super::{Acts, GroupQuants, Interleaved, QK};
+            use super::super::{Acts, GroupQuants, Interleaved, Scales, QK};
             use std::arch::x86_64::*;
 
             /// Whether the integer sums go through VNNI's `dpbusd`.
@@ -186,7 +186,7 @@ macro_rules! x8_kernels {
                 unsafe {
                     match g.q {
                         GroupQuants::Nibbles(q) => dot_u4x8(g, q, x, out),
-                        GroupQuants::Unsigned(q) => dot_bytes_x8::<false, 4>(g, q, x, out),
+                        GroupQuants::Nibbles5(q, h) => dot_u5x8(g, q, h, x, out),
                         GroupQuants::Signed(q) => {
                             // SAFETY: `i8` and `u8` have the same size and alignment; the kernel reads the
                             // bytes through SIMD loads and treats them as signed.
@@ -207,6 +207,15 @@ macro_rules! x8_kernels {
                 // SAFETY: the caller guarantees `$features`; `tile_u4x8` checks the bounds it reads.
                 unsafe {
                     by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, x, out))
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn dot_u5x8(g: &Interleaved<'_>, q: &[u8], h: &[u32], x: &Acts<'_>, out: &mut [f32]) {
+                // SAFETY: the caller guarantees `$features`; `tile_u5x8` checks the bounds it reads.
+                unsafe {
+                    by_tokens!(out.len() / 8, NT => tile_u5x8::<NT>(g, q, h, x, out))
                 }
             }
 
@@ -241,6 +250,23 @@ macro_rules! x8_kernels {
                 assert!(x.q.len() >= nt * nb * QK && x.d.len() >= nt * nb && x.s.len() >= nt * nb);
             }
 
+            /// The eight rows' scales (or offsets) of block `b`, as `f32` (half floats converted
+            /// exactly).
+            ///
+            /// # Safety
+            /// The CPU must support `$features`, and `v` hold at least `8 * (b + 1)` values.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn load8(v: Scales<'_>, b: usize) -> __m256 {
+                // SAFETY: the caller guarantees `$features` and the length (this function's contract).
+                unsafe {
+                    match v {
+                        Scales::F32(v) => _mm256_loadu_ps(v.as_ptr().add(8 * b)),
+                        Scales::F16(v) => _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * b) as *const __m128i)),
+                    }
+                }
+            }
+
             /// Adds the block's scaled sums (and offsets, when the group has them) of every token to
             /// `acc`.
             #[target_feature(enable = $features)]
@@ -256,13 +282,13 @@ macro_rules! x8_kernels {
                 unsafe {
                     let nb = x.nb;
                     // SAFETY (reads): `d` and `m` hold 8 values per block (checked by `check_x8`).
-                    let dv = _mm256_loadu_ps(g.d.as_ptr().add(8 * b));
+                    let dv = load8(g.d, b);
                     for t in 0..NT {
                         let sc = _mm256_mul_ps(dv, _mm256_set1_ps(*x.d.get_unchecked(t * nb + b)));
                         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), sc, acc[t]);
                     }
                     if let Some(m) = g.m {
-                        let mv = _mm256_loadu_ps(m.as_ptr().add(8 * b));
+                        let mv = load8(m, b);
                         for t in 0..NT {
                             acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*x.s.get_unchecked(t * nb + b)), acc[t]);
                         }
@@ -321,7 +347,108 @@ macro_rules! x8_kernels {
                 }
             }
 
-            /// The byte layouts (`U8x8`, `I8x8`, `I8S16x8`). `SIGNED` quants go through `maddubs` as |w|
+            /// The constants that turn a word of fifth bits into 16 or 0 per byte.
+            struct Spread {
+                /// Byte `k` takes byte `k / 8` of the word.
+                bytes: __m256i,
+                /// Byte `k` keeps bit `k % 8`.
+                bit: __m256i,
+                sixteen: __m256i,
+            }
+
+            impl Spread {
+                #[target_feature(enable = $features)]
+                #[inline]
+                fn new() -> Spread {
+                    Spread {
+                        bytes: _mm256_setr_epi8(
+                            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                        ),
+                        bit: _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64),
+                        sixteen: _mm256_set1_epi8(16),
+                    }
+                }
+
+                /// 16 in byte `k` where bit `k` of `w` is set, else 0.
+                #[target_feature(enable = $features)]
+                #[inline]
+                fn fifth(&self, w: u32) -> __m256i {
+                    let b = _mm256_shuffle_epi8(_mm256_set1_epi32(w as i32), self.bytes);
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, self.bit), self.bit), self.sixteen)
+                }
+            }
+
+            /// `U5x8`: the nibbles as in `tile_u4x8`, each register completed with its fifth bits
+            /// (a 32-bit word spread to one bit per byte, turned into 16 where set). Per token,
+            /// the 16-bit stage of AVX2 takes four products of at most 31 * 128 * 2 (below 2^15)
+            /// before widening: two chunks, low and high nibbles.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn tile_u5x8<const NT: usize>(
+                g: &Interleaved<'_>,
+                q: &[u8],
+                h: &[u32],
+                x: &Acts<'_>,
+                out: &mut [f32],
+            ) {
+                // SAFETY: the caller guarantees `$features`; the asserts at the top bound every pointer read below.
+                unsafe {
+                    let nb = x.nb;
+                    // Every pointer access below is within these bounds.
+                    check_x8(g, 128, q, x, out, NT);
+                    assert!(h.len() == 8 * nb);
+                    let m4 = _mm256_set1_epi8(0x0f);
+                    let ones = _mm256_set1_epi16(1);
+                    let spread = Spread::new();
+                    let mut acc = [_mm256_setzero_ps(); NT];
+                    let xq = x.q.as_ptr();
+                    let hp = h.as_ptr();
+                    for b in 0..nb {
+                        let mut isum = [_mm256_setzero_si256(); NT];
+                        for half in 0..2 {
+                            let mut part = [_mm256_setzero_si256(); NT];
+                            for c in 2 * half..2 * half + 2 {
+                                // SAFETY (reads): `q` holds 128 bytes per block and `h` eight words,
+                                // activations `QK` bytes per block and token (checked above);
+                                // unaligned loads accept any address.
+                                let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
+                                let lo = _mm256_or_si256(_mm256_and_si256(raw, m4), spread.fifth(*hp.add(8 * b + c)));
+                                let hi = _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                    spread.fifth(*hp.add(8 * b + 4 + c)),
+                                );
+                                for t in 0..NT {
+                                    let y = xq.add((t * nb + b) * QK);
+                                    let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+                                    let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
+                                    if VNNI {
+                                        isum[t] = $dpbusd(isum[t], lo, ylo);
+                                        isum[t] = $dpbusd(isum[t], hi, yhi);
+                                    } else {
+                                        let p = _mm256_add_epi16(
+                                            _mm256_maddubs_epi16(lo, ylo),
+                                            _mm256_maddubs_epi16(hi, yhi),
+                                        );
+                                        part[t] = _mm256_add_epi16(part[t], p);
+                                    }
+                                }
+                            }
+                            if !VNNI {
+                                for t in 0..NT {
+                                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(part[t], ones));
+                                }
+                            }
+                        }
+                        scale_block(g, b, &isum, x, &mut acc);
+                    }
+                    for t in 0..NT {
+                        _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
+                    }
+                }
+            }
+
+            /// The byte layouts (`I8x8`, `I8S16x8`). `SIGNED` quants go through `maddubs` as |w|
             /// times y with w's sign. `RUN` groups of four bytes are summed in 16-bit lanes before
             /// widening: 4 when a pair of products stays below 2^13 (quants up to 31 unsigned or 32 in
             /// magnitude, so four pairs fit 16 bits), 1 for full 8-bit quants (a pair reaches
@@ -398,16 +525,16 @@ macro_rules! x8_kernels {
     };
 }
 
-x8_kernels!(x8_avx2, "avx2,fma", false, _mm256_dpbusd_avx_epi32);
+x8_kernels!(x8_avx2, "avx2,fma,f16c", false, _mm256_dpbusd_avx_epi32);
 x8_kernels!(
     x8_avx_vnni,
-    "avx2,fma,avxvnni",
+    "avx2,fma,f16c,avxvnni",
     true,
     _mm256_dpbusd_avx_epi32
 );
 x8_kernels!(
     x8_avx512_vnni,
-    "avx2,fma,avx512vnni,avx512vl",
+    "avx2,fma,f16c,avx512vnni,avx512vl",
     true,
     _mm256_dpbusd_epi32
 );

@@ -266,12 +266,20 @@ fn interleaved_matrices_match_the_reference() {
             matches!(
                 w.packed,
                 kernels::Packed::U4x8 { .. }
-                    | kernels::Packed::U8x8 { .. }
+                    | kernels::Packed::U5x8 { .. }
                     | kernels::Packed::I8x8 { .. }
                     | kernels::Packed::I8S16x8 { .. }
             ),
             "{ty:?} with {rows} rows should be interleaved"
         );
+        // Half-float scales stay half floats, and 5-bit quants take 5 bits: the same bytes as
+        // the GGUF's blocks or two more (an offset), where a byte per quant took 40.
+        let blocks = rows * 256 / 32;
+        match ty {
+            GgufType::Q8_0 => assert_eq!(w.bytes(), blocks * 34),
+            GgufType::Q5_0 | GgufType::Q5_1 => assert_eq!(w.bytes(), blocks * 24),
+            _ => {}
+        }
         for t in [1, 2, 3, 4, 7] {
             check(ty, rows, 512, &xs[..t * 512], 17 + t as u64);
         }
