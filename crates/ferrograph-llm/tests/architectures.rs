@@ -23,7 +23,7 @@ use candle_core::{Device, Tensor};
 use ferrograph_core::message::Message;
 use ferrograph_kernels::decoder::Kernels;
 use ferrograph_llm::manifest::{ensure_model, DEFAULT_CHAT_MODEL};
-use ferrograph_llm::{Engine, LoadOptions};
+use ferrograph_llm::{Engine, GenerateOptions, LoadOptions};
 use gguf_file::Value;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -527,4 +527,72 @@ fn gemma3_270m_on_our_kernels_matches_llama_cpp() {
     compare("gemma3 270M Q4_K_M", &ours, &expected, 2.5, QUANT_MARGIN);
     let generated = engine.shared().decode(&tokens, true).unwrap();
     eprintln!("llama.cpp's greedy answer: {generated:?}");
+}
+
+// Gemma 3's sliding-window layers keep only their window (512) and 64 tokens more of a long
+// conversation: a cached conversation then serves a prompt that leaves it near its end, and
+// one that leaves it earlier than that is computed from scratch. Both give a cold engine's
+// answer.
+#[test]
+fn gemma3_270m_keeps_only_the_window_and_rewinds_only_where_it_can() {
+    let model = ensure_model("gemma3-270m-q4_k_m")
+        .unwrap_or_else(|e| panic!("cannot fetch Gemma 3 270M: {e}"));
+    let load = |prefix_cache_entries| {
+        Engine::load(
+            &model,
+            &LoadOptions {
+                kernels: Kernels::Fast,
+                max_context: 2048,
+                prefix_cache_entries,
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let (mut cached, mut cold) = (load(4), load(0));
+    let opts = GenerateOptions::greedy().max_tokens(8);
+    let run = |e: &mut Engine, prompt: &[u32]| {
+        e.generate(prompt, None, &opts, &mut |_| {}, &|| false)
+            .unwrap()
+    };
+    let long = cached.shared().encode(&PROMPT.repeat(12)).unwrap();
+    assert!(long.len() > 1100, "{} tokens", long.len());
+    let tail = cached
+        .shared()
+        .encode(" Which rule decides the order of the discounts?")
+        .unwrap();
+    let first = run(&mut cached, &long);
+    assert_eq!(first.cached_prompt_tokens, 0);
+    // The remembered snapshots (the prompt, and the conversation after it) hold in their
+    // sliding-window layers about 512 + 64 positions, not all of them: each is well under
+    // the 18 layers' full cache.
+    let full_cache = 18 * (long.len() + 8).div_ceil(16) * 16 * 2 * 256 * 2;
+    let entries = cached.prefix_entries();
+    assert!((1..=2).contains(&entries), "{entries} snapshots");
+    assert!(
+        cached.prefix_bytes() / entries < full_cache * 2 / 3,
+        "{} bytes in {entries} snapshots, {full_cache} for every position",
+        cached.prefix_bytes()
+    );
+    for (keep, reused) in [(long.len() - 300, false), (long.len() - 10, true)] {
+        let prompt: Vec<u32> = long[..keep].iter().chain(&tail).copied().collect();
+        let ours = run(&mut cached, &prompt);
+        let reference = run(&mut cold, &prompt);
+        assert_eq!(reference.cached_prompt_tokens, 0);
+        if reused {
+            assert_eq!(ours.cached_prompt_tokens, keep, "rewound 10 tokens back");
+        } else {
+            assert_eq!(
+                ours.cached_prompt_tokens, 0,
+                "300 tokens back is past the window"
+            );
+        }
+        assert_eq!(
+            ours.tokens,
+            reference.tokens,
+            "kept {keep} of {}",
+            long.len()
+        );
+        assert!(!ours.text.trim().is_empty());
+    }
 }
