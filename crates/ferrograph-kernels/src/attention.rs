@@ -289,11 +289,12 @@ pub(crate) fn attention(
     );
 }
 
-/// Whether the AVX2/F16C blocks run.
+/// Whether the AVX2/F16C blocks run (every SIMD instruction set of [`crate::Isa`] includes
+/// F16C).
 fn simd_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::detected_isa() != crate::Isa::Scalar && is_x86_feature_detected!("f16c")
+        crate::detected_isa() != crate::Isa::Scalar
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -535,8 +535,7 @@ impl DecoderModel {
 
     /// Whether the sequence can go on from its first `len` cached tokens. Always, except where
     /// a sliding-window layer has dropped keys that rows from `len` on would see: it keeps
-    /// only its window and 64 tokens more, so a long sequence can
-    /// be rewound only that far.
+    /// only its window and 64 tokens more, so a long sequence can be rewound only that far.
     pub fn rewinds_to(&self, len: usize) -> bool {
         self.cache.iter().all(|c| c.rewinds_to(len))
     }

@@ -696,6 +696,14 @@ fn exact_f16(v: f32) -> Option<u16> {
     (h.to_f32() == v || (v.is_nan() && h.is_nan())).then(|| h.to_bits())
 }
 
+/// Per-block values of a row-by-row matrix (`rows`, a multiple of 8, by `nb` blocks) as
+/// half-float bits in the interleaved order; `None` when one is not exactly a half float.
+fn half_per_block(v: &[f32], rows: usize, nb: usize) -> Option<Vec<u16>> {
+    let mut half: Vec<u16> = v.iter().map(|&x| exact_f16(x)).collect::<Option<_>>()?;
+    interleave_in_place(&mut half, rows, nb, 1, 1);
+    Some(half)
+}
+
 /// The quants of [`Interleaved`] rows.
 #[derive(Clone, Copy)]
 pub(crate) enum GroupQuants<'a> {
@@ -781,12 +789,10 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
             // Offsets past the half-float range: kept row by row, in `f32`.
             None => Packed::U8 { d, m, q },
         },
-        Packed::I8 { d, mut q } => match d.iter().map(|&v| exact_f16(v)).collect() {
-            Some(half) => {
+        Packed::I8 { d, mut q } => match half_per_block(&d, rows, nb) {
+            Some(d) => {
                 interleave_in_place(&mut q, rows, nb, QK, 4);
-                let mut half: Vec<u16> = half;
-                interleave_in_place(&mut half, rows, nb, 1, 1);
-                Packed::I8x8 { d: half, q }
+                Packed::I8x8 { d, q }
             }
             None => Packed::I8 { d, q },
         },
@@ -809,10 +815,7 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
 /// The [`Packed::U5x8`] form of a row-by-row `U8` matrix of 5-bit quants (`rows` a multiple
 /// of 8, `nb` blocks per row); `None` when a scale or offset is not exactly a half float.
 fn five_bits(d: &[f32], m: &[f32], q: &[u8], rows: usize, nb: usize) -> Option<Packed> {
-    let mut dh: Vec<u16> = d.iter().map(|&v| exact_f16(v)).collect::<Option<_>>()?;
-    let mut mh: Vec<u16> = m.iter().map(|&v| exact_f16(v)).collect::<Option<_>>()?;
-    interleave_in_place(&mut dh, rows, nb, 1, 1);
-    interleave_in_place(&mut mh, rows, nb, 1, 1);
+    let (dh, mh) = (half_per_block(d, rows, nb)?, half_per_block(m, rows, nb)?);
     let blocks = rows * nb;
     let mut nibbles = Vec::with_capacity(blocks * 16);
     // Eight words of 32 fifth bits per group of eight rows and block: one word per block.

@@ -296,6 +296,41 @@ macro_rules! x8_kernels {
                 }
             }
 
+            /// Adds, per token, the products of a chunk's low and high nibbles (`lo`, `hi`: chunk `c`
+            /// of block `b`, 5-bit quants included) with the token's activation bytes `4c..4c + 4`
+            /// and `16 + 4c..16 + 4c + 4` to `sums`: 32-bit lanes with VNNI, 16-bit pairs without
+            /// (the caller bounds how many it adds before widening).
+            ///
+            /// # Safety
+            /// The CPU must support `$features`, and `x` hold block `b` of `NT` tokens.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn add_nibble_products<const NT: usize>(
+                lo: __m256i,
+                hi: __m256i,
+                x: &Acts<'_>,
+                b: usize,
+                c: usize,
+                sums: &mut [__m256i; NT],
+            ) {
+                // SAFETY: the caller guarantees `$features` and that `x` holds block `b` of `NT`
+                // tokens (`QK` bytes each); unaligned loads accept any address.
+                unsafe {
+                    for t in 0..NT {
+                        let y = x.q.as_ptr().add((t * x.nb + b) * QK);
+                        let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+                        let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
+                        if VNNI {
+                            sums[t] = $dpbusd(sums[t], lo, ylo);
+                            sums[t] = $dpbusd(sums[t], hi, yhi);
+                        } else {
+                            let p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_maddubs_epi16(hi, yhi));
+                            sums[t] = _mm256_add_epi16(sums[t], p);
+                        }
+                    }
+                }
+            }
+
             #[target_feature(enable = $features)]
             #[inline]
             unsafe fn tile_u4x8<const NT: usize>(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
@@ -307,7 +342,6 @@ macro_rules! x8_kernels {
                     let m4 = _mm256_set1_epi8(0x0f);
                     let ones = _mm256_set1_epi16(1);
                     let mut acc = [_mm256_setzero_ps(); NT];
-                    let xq = x.q.as_ptr();
                     for b in 0..nb {
                         // Per token, the eight rows' block sums in 16-bit pairs. Each product is at most
                         // 15 * 127 and each lane adds 16 of them (8 instructions x 2): below 2^15.
@@ -318,21 +352,7 @@ macro_rules! x8_kernels {
                             let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
                             let lo = _mm256_and_si256(raw, m4);
                             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-                            for t in 0..NT {
-                                let y = xq.add((t * nb + b) * QK);
-                                let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
-                                let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
-                                if VNNI {
-                                    isum[t] = $dpbusd(isum[t], lo, ylo);
-                                    isum[t] = $dpbusd(isum[t], hi, yhi);
-                                } else {
-                                    let p = _mm256_add_epi16(
-                                        _mm256_maddubs_epi16(lo, ylo),
-                                        _mm256_maddubs_epi16(hi, yhi),
-                                    );
-                                    isum[t] = _mm256_add_epi16(isum[t], p);
-                                }
-                            }
+                            add_nibble_products(lo, hi, x, b, c, &mut isum);
                         }
                         if !VNNI {
                             for v in isum.iter_mut() {
@@ -402,7 +422,6 @@ macro_rules! x8_kernels {
                     let ones = _mm256_set1_epi16(1);
                     let spread = Spread::new();
                     let mut acc = [_mm256_setzero_ps(); NT];
-                    let xq = x.q.as_ptr();
                     let hp = h.as_ptr();
                     for b in 0..nb {
                         let mut isum = [_mm256_setzero_si256(); NT];
@@ -418,21 +437,8 @@ macro_rules! x8_kernels {
                                     _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
                                     spread.fifth(*hp.add(8 * b + 4 + c)),
                                 );
-                                for t in 0..NT {
-                                    let y = xq.add((t * nb + b) * QK);
-                                    let ylo = _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
-                                    let yhi = _mm256_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
-                                    if VNNI {
-                                        isum[t] = $dpbusd(isum[t], lo, ylo);
-                                        isum[t] = $dpbusd(isum[t], hi, yhi);
-                                    } else {
-                                        let p = _mm256_add_epi16(
-                                            _mm256_maddubs_epi16(lo, ylo),
-                                            _mm256_maddubs_epi16(hi, yhi),
-                                        );
-                                        part[t] = _mm256_add_epi16(part[t], p);
-                                    }
-                                }
+                                // With VNNI straight into the 32-bit sums; without, into the 16-bit stage.
+                                add_nibble_products(lo, hi, x, b, c, if VNNI { &mut isum } else { &mut part });
                             }
                             if !VNNI {
                                 for t in 0..NT {
