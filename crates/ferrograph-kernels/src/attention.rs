@@ -40,8 +40,10 @@ pub(crate) const KEY_CHUNK: usize = 256;
 const TILE: usize = 4;
 /// Tokens per unit of attention work during prefill.
 const ATTN_ROWS: usize = 32;
-/// Below this many (query head, key) pairs in a pass, attention runs on the calling thread.
-const ATTN_PARALLEL_MIN: usize = 16_384;
+/// Below this many multiply-adds in a pass (query head and key pairs times the head
+/// dimension, for the scores), attention runs on the calling thread: a parallel dispatch
+/// costs a few microseconds, about what one thread spends on this many.
+const ATTN_PARALLEL_MIN: usize = 1 << 16;
 /// The largest finite half float: larger keys and values are stored as it (not as infinity,
 /// which would turn a zero probability times the value into NaN).
 const F16_MAX: f32 = 65_504.0;
@@ -337,7 +339,7 @@ fn attention_with(
             }
         }
     }
-    let parallel = pairs >= ATTN_PARALLEL_MIN && threads > 1;
+    let parallel = pairs * hd >= ATTN_PARALLEL_MIN && threads > 1;
     // Too few units to keep every thread busy (decoding one or two sequences): split each
     // one's chunks into contiguous pieces, a few per thread.
     let pieces = if parallel && base.len() < 4 * threads {

@@ -799,6 +799,10 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
     let head = w.output.as_ref().unwrap_or(&w.embed);
     let mut logits = vec![0f32; n * cfg.vocab];
     kernels::matmul(&mut [(head, &mut logits[..])], &act);
+    if n == 1 {
+        // One sequence (every decode step of a lone request): its row is the whole buffer.
+        return Ok(vec![logits]);
+    }
     Ok(logits
         .chunks_exact(cfg.vocab)
         .map(<[f32]>::to_vec)

@@ -29,7 +29,8 @@
 //! ([`Packed::U4x8`] and its siblings): the blocks of eight consecutive rows side by side, so
 //! that one 32-bit lane of a SIMD register holds four weights of one row. 5-bit weights are
 //! kept as 5 bits there ([`Packed::U5x8`]: the nibbles of `U4x8` and a plane of high bits),
-//! not a byte each: 24 bytes per block of 32 against the GGUF's 22, where bytes took 40. A kernel then
+//! not a byte each: 22 bytes per block of 32 for Q5_0, as in the GGUF (its offsets, -16 times
+//! its scales, are derived), and 24 for Q5_1, where bytes took 40. A kernel then
 //! multiplies eight rows by four broadcast activation bytes per instruction, sums in 16-bit
 //! lanes where the bounds allow, and applies the block scales to eight rows with one
 //! multiply-add: about a third of the instructions of the row-by-row kernel, for decode and
@@ -57,7 +58,12 @@ pub use decoder::Kernels;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+
+/// Q5_0's offset over its scale: its quants are 0..=31 around 16.
+const Q5_0_OFFSET_PER_SCALE: f32 = -16.0;
 
 /// Elements per block of every internal layout and of quantized activations.
 pub const QK: usize = 32;
@@ -216,11 +222,12 @@ pub enum Packed {
     /// word `r` (`h[8 * gb + r]`) holds for chunk `c = r % 4` the fifth bits of the low
     /// nibbles (`r < 4`) or the high ones (`r >= 4`), bit `4 * lane + j` for byte `4 * lane +
     /// j` of the chunk. Scales and offsets are half floats (exact: Q5_0's offset is `-16 d`,
-    /// Q5_1's its own half float), laid out as in [`Packed::U4x8`].
+    /// Q5_1's its own half float), laid out as in [`Packed::U4x8`]; Q5_0's are not stored.
     U5x8 {
         /// Scale per row and block, half-float bits.
         d: Vec<u16>,
-        /// Offset per row and block, half-float bits.
+        /// Offset per row and block, half-float bits; empty where every offset is the scale
+        /// times -16 (Q5_0), which the kernels then derive.
         m: Vec<u16>,
         /// Low four bits, interleaved as in [`Packed::U4x8`].
         q: Vec<u8>,
@@ -484,7 +491,11 @@ impl QMatrix {
             ),
             Packed::U5x8 { d, m, q, h } => (
                 Scales::F16(d),
-                Some(Scales::F16(m)),
+                Some(if m.is_empty() {
+                    Scales::F16Times(d, Q5_0_OFFSET_PER_SCALE)
+                } else {
+                    Scales::F16(m)
+                }),
                 None,
                 GroupQuants::Nibbles5(q, h),
             ),
@@ -524,7 +535,7 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
             for blk in data.chunks_exact(bb) {
                 let scale = rd_f16(blk, 0);
                 let (min, hbase) = if ty == GgufType::Q5_0 {
-                    (-16.0 * scale, 2)
+                    (Q5_0_OFFSET_PER_SCALE * scale, 2)
                 } else {
                     (rd_f16(blk, 2), 4)
                 };
@@ -654,6 +665,9 @@ pub(crate) enum Scales<'a> {
     F32(&'a [f32]),
     /// Half-float bits.
     F16(&'a [u16]),
+    /// Half-float bits times a power of two (exact): Q5_0's offsets are its scales times -16,
+    /// so they are derived from the scales rather than stored.
+    F16Times(&'a [u16], f32),
 }
 
 impl<'a> Scales<'a> {
@@ -661,7 +675,7 @@ impl<'a> Scales<'a> {
     pub(crate) fn len(self) -> usize {
         match self {
             Scales::F32(v) => v.len(),
-            Scales::F16(v) => v.len(),
+            Scales::F16(v) | Scales::F16Times(v, _) => v.len(),
         }
     }
 
@@ -670,6 +684,7 @@ impl<'a> Scales<'a> {
         match self {
             Scales::F32(v) => v[i],
             Scales::F16(v) => f16_to_f32(v[i]),
+            Scales::F16Times(v, by) => by * f16_to_f32(v[i]),
         }
     }
 
@@ -678,6 +693,7 @@ impl<'a> Scales<'a> {
         match self {
             Scales::F32(v) => Scales::F32(&v[r]),
             Scales::F16(v) => Scales::F16(&v[r]),
+            Scales::F16Times(v, by) => Scales::F16Times(&v[r], by),
         }
     }
 }
@@ -815,7 +831,18 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
 /// The [`Packed::U5x8`] form of a row-by-row `U8` matrix of 5-bit quants (`rows` a multiple
 /// of 8, `nb` blocks per row); `None` when a scale or offset is not exactly a half float.
 fn five_bits(d: &[f32], m: &[f32], q: &[u8], rows: usize, nb: usize) -> Option<Packed> {
-    let (dh, mh) = (half_per_block(d, rows, nb)?, half_per_block(m, rows, nb)?);
+    let dh = half_per_block(d, rows, nb)?;
+    // Q5_0's offsets are its scales times -16: derived, not stored (22 bytes per block, as
+    // in the GGUF). Q5_1's are its own.
+    let mh = if d
+        .iter()
+        .zip(m)
+        .all(|(d, m)| *m == Q5_0_OFFSET_PER_SCALE * d)
+    {
+        Vec::new()
+    } else {
+        half_per_block(m, rows, nb)?
+    };
     let blocks = rows * nb;
     let mut nibbles = Vec::with_capacity(blocks * 16);
     // Eight words of 32 fifth bits per group of eight rows and block: one word per block.
@@ -1115,46 +1142,43 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
 pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
     let isa = if isa_available(isa) { isa } else { Isa::Scalar };
     let t = x.rows;
-    let mut total = 0;
     let mut outs = Vec::with_capacity(jobs.len());
+    let mut groups = 0;
     for (w, out) in jobs.iter_mut() {
         assert_eq!(w.cols, x.cols, "matmul: inner dimensions differ");
         assert_eq!(out.len(), t * w.rows, "matmul: output size");
-        outs.push((*w, OutPtr(out.as_mut_ptr(), out.len()), total));
-        total += w.rows;
+        outs.push((*w, OutPtr(out.as_mut_ptr(), out.len())));
+        groups += w.rows.div_ceil(8);
     }
-    let threads = pool.threads().min(total.max(1));
-    let work = |tid: usize| {
-        if tid >= threads {
-            return;
-        }
-        let (lo, hi) = (total * tid / threads, total * (tid + 1) / threads);
+    let pieces = matmul_pieces(&outs, groups, pool.threads());
+    // Pieces go to whichever thread is free: a thread that starts late or runs slower takes
+    // fewer, so neither waits long for the other. Each output element is computed by one
+    // tile call whichever thread runs it, so the result does not depend on the split.
+    let next = AtomicUsize::new(0);
+    let work = |_tid: usize| {
         let mut tile = [0f32; 32];
-        for &(w, out, start) in &outs {
-            let (a, b) = (lo.max(start), hi.min(start + w.rows));
-            if a >= b {
-                continue;
-            }
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(job, ref rows)) = pieces.get(i) else {
+                return;
+            };
+            let (w, out) = outs[job];
             if let Some(all) = w.interleaved() {
-                // Groups of eight rows, each taken by the thread whose range holds its first
-                // row: disjoint, and together every group.
-                let (first, end) = ((a - start).div_ceil(8), (b - start).div_ceil(8));
-                for g in first..end {
+                for g in rows.start / 8..rows.end.div_ceil(8) {
                     let group = all.group(g, w.cols / QK);
                     let mut t0 = 0;
                     while t0 < t {
                         let nt = (t - t0).min(4);
                         dot_tile_x8(isa, &group, x, t0, &mut tile[..8 * nt]);
-                        // SAFETY: each (token, group) is written by exactly one thread (see
-                        // above).
+                        // SAFETY: each (token, group) is written by exactly one thread: the
+                        // pieces are disjoint and each is taken once.
                         unsafe { out.write_group_tile(w.rows, g, t0, &tile[..8 * nt]) };
                         t0 += nt;
                     }
                 }
                 continue;
             }
-            for global in a..b {
-                let r = global - start;
+            for r in rows.clone() {
                 let mut t0 = 0;
                 while t0 < t {
                     let nt = (t - t0).min(4);
@@ -1164,7 +1188,7 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
                         assert!(idx < out.1);
                         // SAFETY: `idx` is in bounds (checked) of the output, which outlives
                         // the dispatch; each (token, row) pair is written by exactly one
-                        // thread, since the row ranges of the threads are disjoint.
+                        // thread, since the pieces are disjoint and each is taken once.
                         unsafe { *out.0.add(idx) = *v };
                     }
                     t0 += nt;
@@ -1172,5 +1196,37 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
             }
         }
     };
-    pool.run(&work);
+    if pieces.len() <= 1 {
+        work(0);
+    } else {
+        pool.run(&work);
+    }
+}
+
+/// Pieces per thread that [`matmul_with`] cuts a product into: enough that the last piece
+/// is a small part of a thread's share, few enough that taking one costs nothing.
+const PIECES_PER_THREAD: usize = 16;
+
+/// The pieces of a product's jobs: `(job, rows)`, rows in whole groups of eight (the last
+/// group of a job may be shorter), each piece within one job, together every row once.
+fn matmul_pieces(
+    outs: &[(&QMatrix, OutPtr)],
+    groups: usize,
+    threads: usize,
+) -> Vec<(usize, Range<usize>)> {
+    let per = if threads <= 1 {
+        groups.max(1)
+    } else {
+        groups.div_ceil(threads * PIECES_PER_THREAD).max(1)
+    };
+    let mut pieces = Vec::new();
+    for (job, (w, _)) in outs.iter().enumerate() {
+        let mut g = 0;
+        while 8 * g < w.rows {
+            let end = (g + per).min(w.rows.div_ceil(8));
+            pieces.push((job, 8 * g..(8 * end).min(w.rows)));
+            g = end;
+        }
+    }
+    pieces
 }

@@ -263,6 +263,10 @@ macro_rules! x8_kernels {
                     match v {
                         Scales::F32(v) => _mm256_loadu_ps(v.as_ptr().add(8 * b)),
                         Scales::F16(v) => _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * b) as *const __m128i)),
+                        Scales::F16Times(v, by) => _mm256_mul_ps(
+                            _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(8 * b) as *const __m128i)),
+                            _mm256_set1_ps(by),
+                        ),
                     }
                 }
             }

@@ -272,12 +272,16 @@ fn interleaved_matrices_match_the_reference() {
             ),
             "{ty:?} with {rows} rows should be interleaved"
         );
-        // Half-float scales stay half floats, and 5-bit quants take 5 bits: the same bytes as
-        // the GGUF's blocks or two more (an offset), where a byte per quant took 40.
-        let blocks = rows * 256 / 32;
+        // Half-float scales stay half floats, and 5-bit quants take 5 bits: the GGUF's bytes
+        // (Q5_0's offsets, -16 times its scales, are derived rather than stored) or two more
+        // for Q5_1's own offsets, where a byte per quant took 40.
+        // Blocks of 32 in `rows` rows of 256.
+        let blocks_n = |rows: usize| rows * 256 / 32;
+        let random = || QMatrix::from_gguf(ty, rows, 256, &blocks(ty, blocks_n(rows), 5)).unwrap();
         match ty {
-            GgufType::Q8_0 => assert_eq!(w.bytes(), blocks * 34),
-            GgufType::Q5_0 | GgufType::Q5_1 => assert_eq!(w.bytes(), blocks * 24),
+            GgufType::Q8_0 => assert_eq!(random().bytes(), blocks_n(rows) * 34),
+            GgufType::Q5_0 => assert_eq!(random().bytes(), blocks_n(rows) * 22),
+            GgufType::Q5_1 => assert_eq!(random().bytes(), blocks_n(rows) * 24),
             _ => {}
         }
         for t in [1, 2, 3, 4, 7] {
@@ -371,4 +375,58 @@ fn pool_runs_every_index_and_nests_safely() {
         })
     });
     assert_eq!(inner.load(std::sync::atomic::Ordering::SeqCst), 9);
+}
+
+/// A product of several jobs (interleaved and row-by-row matrices of different types, row
+/// counts that are and are not multiples of 8) is cut into pieces that the pool's threads take
+/// as they come free: every output element is written once, and the bits do not depend on how
+/// many threads there are or which took which piece.
+#[test]
+fn products_of_several_jobs_are_the_same_bits_on_any_number_of_threads() {
+    let cols = 256;
+    let mats: Vec<QMatrix> = [
+        (GgufType::Q5_0, 24),
+        (GgufType::Q8_0, 8),
+        (GgufType::Q4K, 13),
+        (GgufType::Q6K, 1000),
+        (GgufType::Q4_1, 5),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &(ty, rows))| {
+        let data = blocks(ty, rows * cols / ty.block_elems(), 40 + i as u64);
+        QMatrix::from_gguf(ty, rows, cols, &data).unwrap()
+    })
+    .collect();
+    for t in [1, 3, 6] {
+        let x: Vec<f32> = (0..t * cols)
+            .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 6.0)
+            .collect();
+        let mut act = QAct::default();
+        act.quantize(&x, cols);
+        let run = |threads: usize| {
+            let pool = Pool::new(threads);
+            // Filled with NaN, so an element left unwritten shows.
+            let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![f32::NAN; t * m.rows]).collect();
+            let mut jobs: Vec<(&QMatrix, &mut [f32])> = mats
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(m, o)| (m, &mut o[..]))
+                .collect();
+            kernels::matmul_with(kernels::detected_isa(), &pool, &mut jobs, &act);
+            outs
+        };
+        let alone = run(1);
+        assert!(alone.iter().flatten().all(|v| v.is_finite()), "{t} tokens");
+        for threads in [2, 3, 5] {
+            let got = run(threads);
+            for (a, b) in alone.iter().zip(&got) {
+                let (a, b): (Vec<u32>, Vec<u32>) = (
+                    a.iter().map(|v| v.to_bits()).collect(),
+                    b.iter().map(|v| v.to_bits()).collect(),
+                );
+                assert_eq!(a, b, "{t} tokens, {threads} threads");
+            }
+        }
+    }
 }

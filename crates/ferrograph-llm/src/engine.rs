@@ -565,6 +565,10 @@ impl Engine {
         tokens: &[u32],
         pos: usize,
     ) -> Result<Vec<f32>, LlmError> {
+        if let Weights::Fast(m) = w {
+            // Our kernels return the last row's logits as they are: no tensor, no copies.
+            return m.forward(tokens, pos).map_err(LlmError::Backend);
+        }
         let x = Tensor::new(tokens, &self.device)
             .and_then(|t| t.unsqueeze(0))
             .map_err(LlmError::backend)?;
