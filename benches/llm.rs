@@ -48,6 +48,9 @@ pub struct BenchReport {
     pub decode_after_prompt_tok_s: f64,
     /// Peak resident memory of the process (`VmHWM`), in MiB.
     pub peak_rss_mib: f64,
+    /// What one decode step reads and how close that comes to this machine's memory
+    /// (our kernels only).
+    pub memory_roof: Option<MemoryRoof>,
     /// Measured runs (after one warm-up).
     pub runs: usize,
     /// Aggregate decode speed with several sequences decoded together (continuous
@@ -58,6 +61,21 @@ pub struct BenchReport {
     /// On a device other than the CPU: how its logits compare with the CPU's on the same
     /// tokens.
     pub agreement: Option<DeviceAgreement>,
+}
+
+/// Decode against the speed at which this machine reads memory: a decode step reads every
+/// weight once, so `weight_mib_per_token` times the decode rate can approach, but not pass,
+/// the rate at which the same threads stream a buffer of that size.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryRoof {
+    /// Weight bytes one decode step reads, in MiB.
+    pub weight_mib_per_token: f64,
+    /// Those bytes times the decode rate (from a one-token context), in GB/s.
+    pub decode_gb_s: f64,
+    /// The best of five passes of the same threads summing a buffer as large as the weights
+    /// (so that a model that fits the CPU's caches is compared with a buffer that does too),
+    /// in GB/s.
+    pub stream_read_gb_s: f64,
 }
 
 /// Decode speed with `sequences` sequences decoded together.
@@ -255,11 +273,20 @@ pub fn bench_blocking(
         DeviceKind::Cpu => None,
         _ => Some(agreement(&mut engine, path, &prompt)?),
     };
+    let weight_bytes = engine.weight_bytes_per_token();
     let newcomer = if engine.batches() {
         Some(newcomer(engine, &prompt)?)
     } else {
         None
     };
+    // Taken before the read probe, whose buffer is as large as the weights.
+    let peak_rss_mib = peak_rss_mib();
+    let decode_tok_s = median(decode);
+    let memory_roof = weight_bytes.map(|bytes| MemoryRoof {
+        weight_mib_per_token: bytes as f64 / (1 << 20) as f64,
+        decode_gb_s: bytes as f64 * decode_tok_s / 1e9,
+        stream_read_gb_s: ferrograph_kernels::pool::global().stream_read_gb_s(bytes),
+    });
     Ok(BenchReport {
         model: shared.info.name.clone(),
         path: path.to_path_buf(),
@@ -274,9 +301,10 @@ pub fn bench_blocking(
         load_ms: load.as_secs_f64() * 1e3,
         ttft_ms: median(ttft),
         prefill_tok_s: median(prefill),
-        decode_tok_s: median(decode),
+        decode_tok_s,
         decode_after_prompt_tok_s: median(decode_after),
-        peak_rss_mib: peak_rss_mib(),
+        peak_rss_mib,
+        memory_roof,
         runs,
         concurrency,
         newcomer,

@@ -1356,6 +1356,16 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     r.prompt_tokens, r.prefill_tok_s, r.decode_tok_s, r.decode_after_prompt_tok_s,
                     r.peak_rss_mib
                 ));
+                if let Some(m) = &r.memory_roof {
+                    print::line(format!(
+                        "decode reads {:.0} MiB of weights per token: {:.1} GB/s, {:.0}% of the {:.1} GB/s at which {} threads stream as many bytes",
+                        m.weight_mib_per_token,
+                        m.decode_gb_s,
+                        100.0 * m.decode_gb_s / m.stream_read_gb_s.max(f64::MIN_POSITIVE),
+                        m.stream_read_gb_s,
+                        r.threads_effective
+                    ));
+                }
                 if !r.concurrency.is_empty() {
                     let levels: Vec<String> = r
                         .concurrency

@@ -493,6 +493,16 @@ fn bench_llm_reports_batched_decode_and_a_newcomer_and_names_a_missing_peer() {
     assert!(n["idle_ms"].as_f64().unwrap() > 0.0, "{n}");
     assert!(n["busy_ms"].as_f64().unwrap() > 0.0, "{n}");
     assert_eq!(n["busy_sequences"], 3);
+    // SmolLM2's repacked weights (about 105 MiB) are read once per decode step, at a rate
+    // that the kernels' threads streaming as many bytes bound (with room for noise).
+    let m = &r["memory_roof"];
+    let mib = m["weight_mib_per_token"].as_f64().unwrap();
+    assert!((60.0..160.0).contains(&mib), "{m}");
+    let (decode, stream) = (
+        m["decode_gb_s"].as_f64().unwrap(),
+        m["stream_read_gb_s"].as_f64().unwrap(),
+    );
+    assert!(decode > 0.0 && stream > 0.0 && decode < 2.0 * stream, "{m}");
 
     // Without llama.cpp's tools the comparison stops before measuring, naming the script.
     let out = Command::new(env!("CARGO_BIN_EXE_ferrograph"))

@@ -528,6 +528,23 @@ impl DecoderModel {
         &self.w.cfg
     }
 
+    /// Bytes of weights one decode step reads: every layer's matrices and the output head
+    /// (the embedding table only for its one row, when the head is a separate matrix).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let w = &self.w;
+        let layers: usize = w
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.bytes())
+                    .sum::<usize>()
+            })
+            .sum();
+        layers + w.output.as_ref().unwrap_or(&w.embed).bytes()
+    }
+
     /// Tokens in the KV cache.
     pub fn cached(&self) -> usize {
         self.len

@@ -87,6 +87,32 @@ impl Pool {
         self.threads
     }
 
+    /// The rate in GB/s at which this pool's threads read a buffer of `bytes` bytes (at least
+    /// 64 MiB), each summing its share: the best of five passes. A decode step reads every
+    /// weight once, so a model's weight bytes times its decode rate can approach this for a
+    /// buffer of the same size, not pass it (a buffer that fits the CPU's caches reads faster,
+    /// as the weights do).
+    pub fn stream_read_gb_s(&self, bytes: usize) -> f64 {
+        let words = (bytes / 8).max(8 << 20);
+        let buf: Vec<u64> = (0..words as u64).collect();
+        let share = words.div_ceil(self.threads);
+        let sums: Vec<AtomicU64> = (0..self.threads).map(|_| AtomicU64::new(0)).collect();
+        let mut best = 0f64;
+        for _ in 0..5 {
+            let start = Instant::now();
+            self.run(&|tid| {
+                let part = buf.chunks(share).nth(tid).unwrap_or(&[]);
+                let sum = part.iter().fold(0u64, |a, &x| a.wrapping_add(x));
+                if let Some(s) = sums.get(tid) {
+                    s.store(sum, Ordering::Relaxed);
+                }
+            });
+            std::hint::black_box(&sums);
+            best = best.max((words * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
+        }
+        best
+    }
+
     /// How `units` items are split over the threads: contiguous, non-empty ranges covering
     /// `0..units` in order, at most one per thread (one, possibly empty, when `units` is 0).
     pub fn split(&self, units: usize) -> impl Iterator<Item = std::ops::Range<usize>> {

@@ -559,6 +559,14 @@ impl Engine {
         }
     }
 
+    /// Bytes of weights one decode step reads, on our kernels (`None` on candle's models).
+    pub fn weight_bytes_per_token(&self) -> Option<usize> {
+        match &self.base {
+            Some(Weights::Fast(m)) => Some(m.weight_bytes_per_token()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn logits(
         &self,
         w: &mut Weights,
