@@ -976,7 +976,7 @@ pub enum Isa {
     /// AVX2 + FMA with AVX-VNNI's `vpdpbusd` for the interleaved kernels' integer sums.
     AvxVnni,
     /// AVX2 + FMA with AVX-512 VNNI's `vpdpbusd` (256-bit, AVX-512VL) for the interleaved
-    /// kernels' integer sums.
+    /// kernels' integer sums, and AVX-512BW's byte masks to complete 5-bit quants.
     Avx512Vnni,
 }
 
@@ -1029,6 +1029,7 @@ pub fn isa_available(isa: Isa) -> bool {
             Isa::Avx512Vnni => {
                 avx2 && is_x86_feature_detected!("avx512vnni")
                     && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
             }
         }
     }

@@ -163,7 +163,7 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
 /// `maddubs` / `madd` / `add` sequence. Both forms compute the same integer sums: AVX2's
 /// 16-bit intermediates stay below 2^15 (bounds beside each kernel), VNNI's are 32-bit.
 macro_rules! x8_kernels {
-    ($module:ident, $features:literal, $vnni:literal, $dpbusd:path) => {
+    ($module:ident, $features:literal, $vnni:literal, $dpbusd:path, $masks:literal) => {
         pub(crate) mod $module {
             // See the note on the enclosing module.
             #![allow(clippy::needless_range_loop)]
@@ -173,6 +173,10 @@ macro_rules! x8_kernels {
 
             /// Whether the integer sums go through VNNI's `dpbusd`.
             const VNNI: bool = $vnni;
+            /// Whether AVX-512BW's byte masks complete 5-bit quants (a masked add of 16 per
+            /// register, its mask the word of fifth bits itself) instead of spreading the word
+            /// over the bytes ([`Spread`]).
+            const MASKS: bool = $masks;
 
             /// Dot products of the eight interleaved rows of `g` with each activation row of `x` (1 to
             /// 4), into `out[8 * t + lane]`. Each layout has its own entry point, kept out of line: with
@@ -436,11 +440,18 @@ macro_rules! x8_kernels {
                                 // activations `QK` bytes per block and token (checked above);
                                 // unaligned loads accept any address.
                                 let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
-                                let lo = _mm256_or_si256(_mm256_and_si256(raw, m4), spread.fifth(*hp.add(8 * b + c)));
-                                let hi = _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
-                                    spread.fifth(*hp.add(8 * b + 4 + c)),
-                                );
+                                let (wl, wh) = (*hp.add(8 * b + c), *hp.add(8 * b + 4 + c));
+                                let lo = _mm256_and_si256(raw, m4);
+                                let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                                let (lo, hi) = if MASKS {
+                                    // Bit `k` of the word is byte `k`'s fifth bit: the word is the mask.
+                                    (
+                                        _mm256_mask_add_epi8(lo, wl, lo, spread.sixteen),
+                                        _mm256_mask_add_epi8(hi, wh, hi, spread.sixteen),
+                                    )
+                                } else {
+                                    (_mm256_or_si256(lo, spread.fifth(wl)), _mm256_or_si256(hi, spread.fifth(wh)))
+                                };
                                 // With VNNI straight into the 32-bit sums; without, into the 16-bit stage.
                                 add_nibble_products(lo, hi, x, b, c, if VNNI { &mut isum } else { &mut part });
                             }
@@ -535,18 +546,26 @@ macro_rules! x8_kernels {
     };
 }
 
-x8_kernels!(x8_avx2, "avx2,fma,f16c", false, _mm256_dpbusd_avx_epi32);
+x8_kernels!(
+    x8_avx2,
+    "avx2,fma,f16c",
+    false,
+    _mm256_dpbusd_avx_epi32,
+    false
+);
 x8_kernels!(
     x8_avx_vnni,
     "avx2,fma,f16c,avxvnni",
     true,
-    _mm256_dpbusd_avx_epi32
+    _mm256_dpbusd_avx_epi32,
+    false
 );
 x8_kernels!(
     x8_avx512_vnni,
-    "avx2,fma,f16c,avx512vnni,avx512vl",
+    "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw",
     true,
-    _mm256_dpbusd_epi32
+    _mm256_dpbusd_epi32,
+    true
 );
 
 /// The [`crate::wide`] kernels: 12-bit weights times 16-bit activations, eight rows of a group
