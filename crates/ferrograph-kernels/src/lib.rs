@@ -1144,14 +1144,13 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
     let isa = if isa_available(isa) { isa } else { Isa::Scalar };
     let t = x.rows;
     let mut outs = Vec::with_capacity(jobs.len());
-    let mut groups = 0;
     for (w, out) in jobs.iter_mut() {
         assert_eq!(w.cols, x.cols, "matmul: inner dimensions differ");
         assert_eq!(out.len(), t * w.rows, "matmul: output size");
-        outs.push((*w, OutPtr(out.as_mut_ptr(), out.len())));
-        groups += w.rows.div_ceil(8);
+        outs.push((*w, w.interleaved(), OutPtr(out.as_mut_ptr(), out.len())));
     }
-    let pieces = matmul_pieces(&outs, groups, pool.threads());
+    let rows: Vec<usize> = outs.iter().map(|(w, ..)| w.rows).collect();
+    let pieces = matmul_pieces(&rows, pool.threads());
     // Pieces go to whichever thread is free: a thread that starts late or runs slower takes
     // fewer, so neither waits long for the other. Each output element is computed by one
     // tile call whichever thread runs it, so the result does not depend on the split.
@@ -1163,8 +1162,8 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
             let Some(&(job, ref rows)) = pieces.get(i) else {
                 return;
             };
-            let (w, out) = outs[job];
-            if let Some(all) = w.interleaved() {
+            let (w, interleaved, out) = outs[job];
+            if let Some(all) = interleaved {
                 for g in rows.start / 8..rows.end.div_ceil(8) {
                     let group = all.group(g, w.cols / QK);
                     let mut t0 = 0;
@@ -1208,25 +1207,16 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
 /// is a small part of a thread's share, few enough that taking one costs nothing.
 const PIECES_PER_THREAD: usize = 16;
 
-/// The pieces of a product's jobs: `(job, rows)`, rows in whole groups of eight (the last
-/// group of a job may be shorter), each piece within one job, together every row once.
-fn matmul_pieces(
-    outs: &[(&QMatrix, OutPtr)],
-    groups: usize,
-    threads: usize,
-) -> Vec<(usize, Range<usize>)> {
-    let per = if threads <= 1 {
-        groups.max(1)
-    } else {
-        groups.div_ceil(threads * PIECES_PER_THREAD).max(1)
-    };
+/// The pieces of a product's jobs of `rows` rows each: `(job, rows)`, rows in whole groups
+/// of eight (the last group of a job may be shorter), each piece within one job, together
+/// every row once.
+fn matmul_pieces(rows: &[usize], threads: usize) -> Vec<(usize, Range<usize>)> {
+    let groups: usize = rows.iter().map(|r| r.div_ceil(8)).sum();
+    let per = groups.div_ceil(threads.max(1) * PIECES_PER_THREAD).max(1);
     let mut pieces = Vec::new();
-    for (job, (w, _)) in outs.iter().enumerate() {
-        let mut g = 0;
-        while 8 * g < w.rows {
-            let end = (g + per).min(w.rows.div_ceil(8));
-            pieces.push((job, 8 * g..(8 * end).min(w.rows)));
-            g = end;
+    for (job, &n) in rows.iter().enumerate() {
+        for g in (0..n.div_ceil(8)).step_by(per) {
+            pieces.push((job, 8 * g..(8 * (g + per)).min(n)));
         }
     }
     pieces

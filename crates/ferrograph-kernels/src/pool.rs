@@ -95,19 +95,18 @@ impl Pool {
     pub fn stream_read_gb_s(&self, bytes: usize) -> f64 {
         let words = (bytes / 8).max(8 << 20);
         let buf: Vec<u64> = (0..words as u64).collect();
-        let share = words.div_ceil(self.threads);
-        let sums: Vec<AtomicU64> = (0..self.threads).map(|_| AtomicU64::new(0)).collect();
+        let parts: Vec<std::ops::Range<usize>> = self.split(words).collect();
         let mut best = 0f64;
         for _ in 0..5 {
             let start = Instant::now();
             self.run(&|tid| {
-                let part = buf.chunks(share).nth(tid).unwrap_or(&[]);
-                let sum = part.iter().fold(0u64, |a, &x| a.wrapping_add(x));
-                if let Some(s) = sums.get(tid) {
-                    s.store(sum, Ordering::Relaxed);
+                if let Some(part) = parts.get(tid) {
+                    let sum = buf[part.clone()]
+                        .iter()
+                        .fold(0u64, |a, &x| a.wrapping_add(x));
+                    std::hint::black_box(sum);
                 }
             });
-            std::hint::black_box(&sums);
             best = best.max((words * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
         }
         best

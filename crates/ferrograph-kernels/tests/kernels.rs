@@ -276,12 +276,12 @@ fn interleaved_matrices_match_the_reference() {
         // (Q5_0's offsets, -16 times its scales, are derived rather than stored) or two more
         // for Q5_1's own offsets, where a byte per quant took 40.
         // Blocks of 32 in `rows` rows of 256.
-        let blocks_n = |rows: usize| rows * 256 / 32;
-        let random = || QMatrix::from_gguf(ty, rows, 256, &blocks(ty, blocks_n(rows), 5)).unwrap();
+        let n = rows * 256 / 32;
+        let random = || QMatrix::from_gguf(ty, rows, 256, &blocks(ty, n, 5)).unwrap();
         match ty {
-            GgufType::Q8_0 => assert_eq!(random().bytes(), blocks_n(rows) * 34),
-            GgufType::Q5_0 => assert_eq!(random().bytes(), blocks_n(rows) * 22),
-            GgufType::Q5_1 => assert_eq!(random().bytes(), blocks_n(rows) * 24),
+            GgufType::Q8_0 => assert_eq!(random().bytes(), n * 34),
+            GgufType::Q5_0 => assert_eq!(random().bytes(), n * 22),
+            GgufType::Q5_1 => assert_eq!(random().bytes(), n * 24),
             _ => {}
         }
         for t in [1, 2, 3, 4, 7] {

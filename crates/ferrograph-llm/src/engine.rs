@@ -169,19 +169,36 @@ pub(crate) enum Weights {
 }
 
 impl Weights {
-    fn forward(&mut self, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
-        match self {
-            Weights::Llama(m) => m.forward(x, pos),
-            Weights::Qwen2(m) => m.forward(x, pos),
-            Weights::Qwen3(m) => m.forward(x, pos),
-            Weights::Phi3(m) => m.forward(x, pos),
-            Weights::Fast(m) => {
-                let tokens = x.flatten_all()?.to_vec1::<u32>()?;
-                let logits = m.forward(&tokens, pos).map_err(candle_core::Error::Msg)?;
-                let n = logits.len();
-                Tensor::from_vec(logits, (1, n), &Device::Cpu)
-            }
+    /// The logits of the token after `tokens` (fed from position `pos`): our kernels return
+    /// the last row as it comes out of the head; candle's models go through tensors on
+    /// `device`.
+    fn logits(
+        &mut self,
+        tokens: &[u32],
+        pos: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, LlmError> {
+        let row = |tokens: &[u32]| {
+            Tensor::new(tokens, device)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(LlmError::backend)
+        };
+        let out = match self {
+            Weights::Fast(m) => return m.forward(tokens, pos).map_err(LlmError::Backend),
+            Weights::Llama(m) => m.forward(&row(tokens)?, pos),
+            Weights::Qwen2(m) => m.forward(&row(tokens)?, pos),
+            Weights::Qwen3(m) => m.forward(&row(tokens)?, pos),
+            Weights::Phi3(m) => m.forward(&row(tokens)?, pos),
         }
+        .map_err(LlmError::backend)?;
+        let flat = out
+            .flatten_all()
+            .and_then(|t| t.to_dtype(candle_core::DType::F32))
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(LlmError::backend)?;
+        // Some architectures return logits for every position: keep the last row.
+        let vocab = out.dims().last().copied().unwrap_or(flat.len());
+        Ok(flat[flat.len().saturating_sub(vocab)..].to_vec())
     }
 
     /// Forgets the KV cache.
@@ -573,22 +590,7 @@ impl Engine {
         tokens: &[u32],
         pos: usize,
     ) -> Result<Vec<f32>, LlmError> {
-        if let Weights::Fast(m) = w {
-            // Our kernels return the last row's logits as they are: no tensor, no copies.
-            return m.forward(tokens, pos).map_err(LlmError::Backend);
-        }
-        let x = Tensor::new(tokens, &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(LlmError::backend)?;
-        let out = w.forward(&x, pos).map_err(LlmError::backend)?;
-        let flat = out
-            .flatten_all()
-            .and_then(|t| t.to_dtype(candle_core::DType::F32))
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(LlmError::backend)?;
-        // Some architectures return logits for every position: keep the last row.
-        let vocab = out.dims().last().copied().unwrap_or(flat.len());
-        Ok(flat[flat.len().saturating_sub(vocab)..].to_vec())
+        w.logits(tokens, pos, &self.device)
     }
 
     pub(crate) fn remember(&mut self, tokens: Vec<u32>, weights: &Weights) {
