@@ -104,13 +104,34 @@ fn output(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The files of a store folder with their sizes, for a failure message: which files a kill
+/// left is what tells one store damage from another.
+fn listing(dir: &Path) -> String {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                    format!("{} ({len} B)", e.file_name().to_string_lossy())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files.join(", ")
+}
+
 fn inspect(db: &Path) -> Snapshot {
-    let text = output(
-        Command::new(WORKER)
-            .arg("inspect")
-            .arg(db)
-            .arg(THREADS.to_string()),
+    let mut cmd = Command::new(WORKER);
+    cmd.arg("inspect").arg(db).arg(THREADS.to_string());
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nthe store holds: {}",
+        String::from_utf8_lossy(&out.stderr),
+        listing(db)
     );
+    let text = String::from_utf8(out.stdout).unwrap();
     let views: Vec<ThreadView> = serde_json::from_str(&text).unwrap();
     views.into_iter().map(|v| (v.thread.clone(), v)).collect()
 }
