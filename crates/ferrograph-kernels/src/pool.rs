@@ -88,22 +88,32 @@ impl Pool {
     }
 
     /// The rate in GB/s at which this pool's threads read a buffer of `bytes` bytes (at least
-    /// 64 MiB), each summing its share: the best of five passes. A decode step reads every
-    /// weight once, so a model's weight bytes times its decode rate can approach this for a
-    /// buffer of the same size, not pass it (a buffer that fits the CPU's caches reads faster,
-    /// as the weights do).
+    /// 64 MiB), each summing its share: the best of five passes. The buffer is read as the
+    /// kernels read weights in decode (on huge pages where the system gives them, prefetched
+    /// [`crate::prefetch_distance`] ahead). A decode step reads every weight once, so a
+    /// model's weight bytes times its decode rate can approach this for a buffer of the same
+    /// size, not pass it by much (a buffer that fits the CPU's caches reads faster, as the
+    /// weights do).
     pub fn stream_read_gb_s(&self, bytes: usize) -> f64 {
         let words = (bytes / 8).max(8 << 20);
-        let buf: Vec<u64> = (0..words as u64).collect();
+        let mut buf: Vec<u64> = Vec::with_capacity(words);
+        crate::hugepages::advise(&buf);
+        buf.extend(0..words as u64);
         let parts: Vec<std::ops::Range<usize>> = self.split(words).collect();
+        let ahead = crate::prefetch_distance();
         let mut best = 0f64;
         for _ in 0..5 {
             let start = Instant::now();
             self.run(&|tid| {
                 if let Some(part) = parts.get(tid) {
-                    let sum = buf[part.clone()]
-                        .iter()
-                        .fold(0u64, |a, &x| a.wrapping_add(x));
+                    let mut sum = 0u64;
+                    // One cache line (eight words) per step.
+                    for line in buf[part.clone()].chunks(8) {
+                        if ahead > 0 {
+                            crate::prefetch((line.as_ptr() as *const u8).wrapping_add(ahead));
+                        }
+                        sum = line.iter().fold(sum, |a, &x| a.wrapping_add(x));
+                    }
                     std::hint::black_box(sum);
                 }
             });
