@@ -773,8 +773,9 @@ pub(crate) fn prefetch(at: *const u8) {
 const MAX_TILE: usize = 4;
 
 /// How far ahead, in bytes of quants, the kernels of interleaved matrices ask for the cache
-/// lines they will read when a product streams its weights (at most one tile of tokens, as in
-/// decode): 8 KiB, or `FERROGRAPH_PREFETCH` (0 turns it off).
+/// lines they will read in the first tile of tokens of each group of rows, which streams the
+/// group's weights from memory (later tiles find them in cache): 8 KiB, or
+/// `FERROGRAPH_PREFETCH` (0 turns it off).
 ///
 /// Decode reads every weight once per token, and the CPU's own prefetchers did not keep up:
 /// on the 2-core Xeon VM of the README, Gemma 3 270M decoded 76 tokens/s on 2 threads without
@@ -1083,13 +1084,9 @@ impl QAct {
             d: &self.d[t0 * nb..(t0 + nt) * nb],
             s: &self.s[t0 * nb..(t0 + nt) * nb],
             nb,
-            // With one tile of tokens each weight is read once: it streams from memory.
-            // With more, a group's weights stay in cache from one tile to the next.
-            ahead: if self.rows <= MAX_TILE {
-                prefetch_distance()
-            } else {
-                0
-            },
+            // The first tile of a group streams its weights from memory; the next tiles find
+            // them in cache.
+            ahead: if t0 == 0 { prefetch_distance() } else { 0 },
         }
     }
 }
