@@ -4,26 +4,12 @@
 //! case writes, flushes, closes the store and reads everything back from a fresh handle.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-use ferrograph_checkpoint::SledSaver;
-use ferrograph_core::checkpoint::{
-    CheckpointRecord, CheckpointSaver, CheckpointSource, ThreadInfo,
-};
-use std::path::Path;
+mod common;
 
-fn record(thread: &str, step: u64) -> CheckpointRecord {
-    CheckpointRecord {
-        thread_id: thread.into(),
-        checkpoint_id: format!("{:016x}{:08x}", 1_000 + step, 0),
-        parent_id: (step > 0).then(|| format!("{:016x}{:08x}", 1_000 + step - 1, 0)),
-        step,
-        source: CheckpointSource::Loop,
-        created_at_ms: 1_000 + step,
-        writers: vec!["node".into()],
-        next: vec![],
-        full: true,
-        payload: vec![step as u8; 150],
-    }
-}
+use common::record;
+use ferrograph_checkpoint::SledSaver;
+use ferrograph_core::checkpoint::{CheckpointSaver, ThreadInfo};
+use std::path::Path;
 
 /// Writes 20 checkpoints and a thread record, flushing after each write.
 async fn write_and_flush(dir: &Path) {

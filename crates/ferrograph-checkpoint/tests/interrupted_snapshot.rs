@@ -6,42 +6,19 @@
 //! held.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use ferrograph_checkpoint::SledSaver;
-use ferrograph_core::checkpoint::{CheckpointRecord, CheckpointSaver, CheckpointSource};
-use std::path::{Path, PathBuf};
+mod common;
 
-fn record(step: u64) -> CheckpointRecord {
-    CheckpointRecord {
-        thread_id: "t".into(),
-        checkpoint_id: format!("{:024x}", 100 + step),
-        parent_id: step.checked_sub(1).map(|p| format!("{:024x}", 100 + p)),
-        step,
-        source: CheckpointSource::Loop,
-        created_at_ms: 1_000 + step,
-        writers: vec!["node".into()],
-        next: vec![],
-        full: true,
-        payload: vec![step as u8; 300],
-    }
-}
+use common::{copy_dir, record};
+use ferrograph_checkpoint::SledSaver;
+use ferrograph_core::checkpoint::CheckpointSaver;
+use std::path::{Path, PathBuf};
 
 async fn put_and_flush(dir: &Path, steps: std::ops::Range<u64>) {
     let saver = SledSaver::open(dir).unwrap();
     for step in steps {
-        saver.put(record(step)).await.unwrap();
+        saver.put(record("t", step)).await.unwrap();
     }
     saver.flush().await.unwrap();
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 fn snapshots(dir: &Path) -> Vec<PathBuf> {
@@ -108,7 +85,7 @@ async fn a_store_whose_snapshot_was_cut_by_a_kill_opens_with_everything_it_held(
         let history = saver.list("t", None, None).await.unwrap();
         let steps: Vec<u64> = history.iter().rev().map(|c| c.step).collect();
         assert_eq!(steps, (0..9).collect::<Vec<_>>(), "cut at {cut} of {n}");
-        assert_eq!(history[0], record(8));
+        assert_eq!(history[0], record("t", 8));
         // The leftover is gone and sled wrote the snapshot again, whole.
         let after = snapshots(&case);
         assert!(
@@ -119,8 +96,8 @@ async fn a_store_whose_snapshot_was_cut_by_a_kill_opens_with_everything_it_held(
         );
         assert_eq!(std::fs::read(after.last().unwrap()).unwrap(), bytes);
         // And it keeps working.
-        saver.put(record(9)).await.unwrap();
+        saver.put(record("t", 9)).await.unwrap();
         saver.flush().await.unwrap();
-        assert_eq!(saver.get("t", None).await.unwrap(), Some(record(9)));
+        assert_eq!(saver.get("t", None).await.unwrap(), Some(record("t", 9)));
     }
 }

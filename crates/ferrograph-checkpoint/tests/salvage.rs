@@ -3,6 +3,9 @@
 //! saved or named as seen-but-not-saved.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
+mod common;
+
+use common::copy_dir;
 use ferrograph_checkpoint::maintenance::MaintenanceError;
 use ferrograph_checkpoint::salvage::salvage;
 use ferrograph_checkpoint::SledSaver;
@@ -73,17 +76,6 @@ fn snapshot_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
 fn log_used(dir: &Path) -> usize {
     let b = std::fs::read(dir.join("db")).unwrap();
     b.len() - b.iter().rev().take_while(|x| **x == 0).count()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 fn flip(file: &Path, at: usize) {

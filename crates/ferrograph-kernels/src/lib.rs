@@ -755,18 +755,22 @@ impl GroupQuants<'_> {
     }
 }
 
-/// Asks the CPU to bring the cache line at `at` into its caches; a hint only (it never
-/// faults, so `at` may be any address).
+/// Asks the CPU to bring `lines` cache lines, from `ahead` bytes past `at`, into its caches:
+/// where a kernel that streams its weights reads next (see [`prefetch_distance`]). A hint
+/// only: a prefetch never faults, so the addresses may lie past the buffer.
 #[inline]
-pub(crate) fn prefetch(at: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of every x86-64 CPU, and a prefetch reads nothing the program sees
-    // (an address that is not mapped is ignored).
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
+pub(crate) fn prefetch_lines(at: *const u8, ahead: usize, lines: usize) {
+    for l in 0..lines {
+        let line = at.wrapping_add(ahead + 64 * l);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE is part of every x86-64 CPU, and a prefetch reads nothing the program
+        // sees (an address that is not mapped is ignored).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
 }
 
 /// The most activation rows (tokens) one kernel call takes.

@@ -110,7 +110,7 @@ impl Pool {
                     // One cache line (eight words) per step.
                     for line in buf[part.clone()].chunks(8) {
                         if ahead > 0 {
-                            crate::prefetch((line.as_ptr() as *const u8).wrapping_add(ahead));
+                            crate::prefetch_lines(line.as_ptr() as *const u8, ahead, 1);
                         }
                         sum = line.iter().fold(sum, |a, &x| a.wrapping_add(x));
                     }

@@ -352,7 +352,7 @@ macro_rules! x8_kernels {
                     let mut acc = [_mm256_setzero_ps(); NT];
                     for b in 0..nb {
                         if x.ahead > 0 {
-                            prefetch_ahead(q.as_ptr().add(128 * b), x.ahead, 2);
+                            crate::prefetch_lines(q.as_ptr().add(128 * b), x.ahead, 2);
                         }
                         // Per token, the eight rows' block sums in 16-bit pairs. Each product is at most
                         // 15 * 127 and each lane adds 16 of them (8 instructions x 2): below 2^15.
@@ -375,17 +375,6 @@ macro_rules! x8_kernels {
                     for t in 0..NT {
                         _mm256_storeu_ps(out.as_mut_ptr().add(8 * t), acc[t]);
                     }
-                }
-            }
-
-            /// Asks for `lines` cache lines from `ahead` bytes past `at`, where a kernel that
-            /// streams its weights reads next (see [`crate::prefetch_distance`]). A prefetch
-            /// never faults, so the address may lie past the matrix.
-            #[target_feature(enable = $features)]
-            #[inline]
-            fn prefetch_ahead(at: *const u8, ahead: usize, lines: usize) {
-                for l in 0..lines {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead + 64 * l) as *const i8);
                 }
             }
 
@@ -447,7 +436,7 @@ macro_rules! x8_kernels {
                     let hp = h.as_ptr();
                     for b in 0..nb {
                         if x.ahead > 0 {
-                            prefetch_ahead(q.as_ptr().add(128 * b), x.ahead, 2);
+                            crate::prefetch_lines(q.as_ptr().add(128 * b), x.ahead, 2);
                         }
                         let mut isum = [_mm256_setzero_si256(); NT];
                         for half in 0..2 {
@@ -517,7 +506,7 @@ macro_rules! x8_kernels {
                     let direct_vnni = VNNI && !has_subs;
                     for b in 0..nb {
                         if x.ahead > 0 {
-                            prefetch_ahead(q.as_ptr().add(256 * b), x.ahead, 4);
+                            crate::prefetch_lines(q.as_ptr().add(256 * b), x.ahead, 4);
                         }
                         let mut isum = [_mm256_setzero_si256(); NT];
                         for run in 0..8 / RUN {
