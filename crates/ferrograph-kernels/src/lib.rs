@@ -34,7 +34,9 @@
 //! multiplies eight rows by four broadcast activation bytes per instruction, sums in 16-bit
 //! lanes where the bounds allow, and applies the block scales to eight rows with one
 //! multiply-add: about a third of the instructions of the row-by-row kernel, for decode and
-//! prefill alike.
+//! prefill alike. With AVX-512 VNNI, 4-bit and 8-bit layouts take two groups at once, sixteen
+//! rows per 512-bit register, and write their outputs in place (`x86::x16_avx512`), with the
+//! same bits.
 //! `FERROGRAPH_INTERLEAVE=0` keeps the row-by-row layout (for comparisons).
 //!
 //! The `unsafe` code lives here and in [`pool`]: SIMD intrinsics, the pool's lifetime
@@ -927,13 +929,15 @@ pub struct QAct {
     pub d: Vec<f32>,
     /// Scale times the sum of the block's quants.
     pub s: Vec<f32>,
+    /// The sum of the block's quants.
+    pub sums: Vec<i32>,
 }
 
 impl QAct {
     /// Quantizes `x` (`rows` rows of `cols`, `cols` a multiple of [`QK`]) into `self`.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
         self.resize(x.len(), cols);
-        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s);
+        quantize_blocks(x, self.blocks_mut());
     }
 
     fn resize(&mut self, len: usize, cols: usize) {
@@ -943,65 +947,146 @@ impl QAct {
         self.q.resize(len, 0);
         self.d.resize(len / QK, 0.0);
         self.s.resize(len / QK, 0.0);
+        self.sums.resize(len / QK, 0);
     }
 
     /// [`QAct::quantize`] with the rows split over `pool`'s threads (the same result).
     pub fn quantize_on(&mut self, pool: &pool::Pool, x: &[f32], cols: usize) {
         let rows = x.len().checked_div(cols).unwrap_or(0);
-        if pool.threads().min(rows) <= 1 {
+        if pool.threads().min(rows) <= 1 || x.len() < QUANTIZE_PARALLEL_MIN {
             return self.quantize(x, cols);
         }
         self.resize(x.len(), cols);
-        // The pool's row ranges; each thread writes only its own slices.
+        // The pool's row ranges; each thread writes only its own blocks.
         let per_row = cols / QK;
         let mut pieces = Vec::with_capacity(pool.threads());
-        let (mut q, mut d, mut s) = (&mut self.q[..], &mut self.d[..], &mut self.s[..]);
+        let mut rest = self.blocks_mut();
         for r in pool.split(rows) {
-            let n = r.len();
-            let (qh, qt) = std::mem::take(&mut q).split_at_mut(n * cols);
-            let (dh, dt) = std::mem::take(&mut d).split_at_mut(n * per_row);
-            let (sh, st) = std::mem::take(&mut s).split_at_mut(n * per_row);
-            (q, d, s) = (qt, dt, st);
+            let (head, tail) = rest.split_at(r.len() * per_row);
+            rest = tail;
             pieces.push(parking_lot::Mutex::new((
                 r.start * cols..r.end * cols,
-                qh,
-                dh,
-                sh,
+                head,
             )));
         }
         pool.run(&|tid| {
             if let Some(piece) = pieces.get(tid) {
                 let mut piece = piece.lock();
-                let (range, q, d, s) = &mut *piece;
-                quantize_blocks(&x[range.clone()], q, d, s);
+                let (range, blocks) = &mut *piece;
+                quantize_blocks(&x[range.clone()], blocks.reborrow());
             }
         });
     }
+
+    /// The quantized blocks, to write.
+    fn blocks_mut(&mut self) -> QBlocksMut<'_> {
+        QBlocksMut {
+            q: &mut self.q,
+            d: &mut self.d,
+            s: &mut self.s,
+            sums: &mut self.sums,
+        }
+    }
 }
 
-/// Quantizes the blocks of `x` into `q`, their scales `d` and scaled sums `s`.
-fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-    for (((xb, qb), db), sb) in x
+/// Quantized activation blocks being written: the arrays of [`QAct`], or a run of their
+/// blocks.
+pub(crate) struct QBlocksMut<'a> {
+    /// Quants, [`QK`] per block.
+    pub q: &'a mut [i8],
+    /// Scales.
+    pub d: &'a mut [f32],
+    /// Scales times the quants' sums.
+    pub s: &'a mut [f32],
+    /// The quants' sums.
+    pub sums: &'a mut [i32],
+}
+
+impl<'a> QBlocksMut<'a> {
+    /// The first `n` blocks and the rest.
+    fn split_at(self, n: usize) -> (QBlocksMut<'a>, QBlocksMut<'a>) {
+        let (q, qt) = self.q.split_at_mut(n * QK);
+        let (d, dt) = self.d.split_at_mut(n);
+        let (s, st) = self.s.split_at_mut(n);
+        let (sums, sumst) = self.sums.split_at_mut(n);
+        (
+            QBlocksMut { q, d, s, sums },
+            QBlocksMut {
+                q: qt,
+                d: dt,
+                s: st,
+                sums: sumst,
+            },
+        )
+    }
+
+    /// The same blocks, borrowed again.
+    fn reborrow(&mut self) -> QBlocksMut<'_> {
+        QBlocksMut {
+            q: self.q,
+            d: self.d,
+            s: self.s,
+            sums: self.sums,
+        }
+    }
+}
+
+/// Below this many elements, [`QAct::quantize_on`] quantizes on the calling thread: a
+/// dispatch costs about what one thread spends on them (a decode step's few rows).
+const QUANTIZE_PARALLEL_MIN: usize = 1 << 14;
+
+/// Quantizes the blocks of `x` into `q`, their scales `d` and scaled sums `s`: with AVX2
+/// where the CPU has it ([`x86::quant`], the same bits), else [`quantize_blocks_scalar`].
+fn quantize_blocks(x: &[f32], out: QBlocksMut<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if detected_isa() != Isa::Scalar {
+        // SAFETY: every SIMD `Isa` includes AVX2 and FMA, and `detected_isa` picks only one
+        // this CPU has.
+        return unsafe { x86::quant::quantize_blocks(x, out) };
+    }
+    quantize_blocks_scalar(x, out)
+}
+
+/// [`quantize_blocks`] without SIMD: the reference.
+fn quantize_blocks_scalar(x: &[f32], out: QBlocksMut<'_>) {
+    for ((((xb, qb), db), sb), nb) in x
         .chunks_exact(QK)
-        .zip(q.chunks_exact_mut(QK))
-        .zip(d.iter_mut())
-        .zip(s.iter_mut())
+        .zip(out.q.chunks_exact_mut(QK))
+        .zip(out.d.iter_mut())
+        .zip(out.s.iter_mut())
+        .zip(out.sums.iter_mut())
     {
         let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let scale = amax / 127.0;
-        let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let id = quant_inverse(scale);
         // Round to nearest even without a libm call or a float-to-int conversion (which
         // does not vectorize): adding 1.5 * 2^23 leaves the integer in the low mantissa bits
-        // (|v * id| <= 127, or garbage, never undefined, for NaN).
+        // (|v * id| <= 127). A NaN product (a NaN or infinite input) quantizes to 0.
         const SHIFT: f32 = 12_582_912.0;
         let mut sum = 0i32;
         for (o, v) in qb.iter_mut().zip(xb) {
-            let qi = (v * id + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32;
+            let p = v * id;
+            let p = if p.is_nan() { 0.0 } else { p };
+            let qi = (p + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32;
             *o = qi as i8;
             sum = sum.wrapping_add(qi);
         }
         *db = scale;
         *sb = scale * sum as f32;
+        *nb = sum;
+    }
+}
+
+/// What activation quants multiply a block by: the inverse of its scale, or 0 for a block
+/// of zeros or one whose scale has no finite inverse (a largest magnitude below about 1e-36),
+/// which then quantizes to zeros.
+#[inline]
+fn quant_inverse(scale: f32) -> f32 {
+    let id = 1.0 / scale;
+    if scale > 0.0 && id.is_finite() {
+        id
+    } else {
+        0.0
     }
 }
 
@@ -1087,6 +1172,7 @@ impl QAct {
             q: &self.q[t0 * self.cols..(t0 + nt) * self.cols],
             d: &self.d[t0 * nb..(t0 + nt) * nb],
             s: &self.s[t0 * nb..(t0 + nt) * nb],
+            sums: &self.sums[t0 * nb..(t0 + nt) * nb],
             nb,
             // The first tile of a group streams its weights from memory; the next tiles find
             // them in cache.
@@ -1133,11 +1219,61 @@ fn dot_tile_x8(isa: Isa, group: &Interleaved<'_>, x: &QAct, t0: usize, out: &mut
     scalar::dot_x8(group, &xs, out);
 }
 
+/// Whether `isa` has a 16-row kernel (two groups at once) for the layout of `all`.
+fn has_x16(isa: Isa, all: &Interleaved<'_>) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni {
+        return x86::x16_avx512::has_x16(all);
+    }
+    let _ = (isa, all);
+    false
+}
+
+/// Products of groups `groups` (an even count) of `all` (a whole matrix of `w_rows` rows and
+/// `nb` blocks per row) with every token of `x`, written in place to `out`, by the 16-row
+/// kernels that [`has_x16`] says `isa` has: what the 8-row kernels give, bit for bit.
+///
+/// # Safety
+/// `out` must be the product's output, its elements of these groups written by no other
+/// thread meanwhile.
+unsafe fn groups_x16(
+    isa: Isa,
+    all: &Interleaved<'_>,
+    nb: usize,
+    groups: Range<usize>,
+    x: &QAct,
+    out: OutPtr,
+    w_rows: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni {
+        let rows = x86::x16_avx512::OutRows {
+            ptr: out.0,
+            len: out.1,
+            rows: w_rows,
+        };
+        let mut t0 = 0;
+        while t0 < x.rows {
+            let nt = (x.rows - t0).min(MAX_TILE);
+            // SAFETY: `matmul_with` runs only instruction sets `isa_available` finds on this
+            // CPU, and AVX-512 VNNI's check includes what the 16-row kernels need; the output
+            // is the caller's contract.
+            unsafe {
+                x86::x16_avx512::run_x16(all, nb, groups.clone(), &x.tile(t0, nt), t0, &rows)
+            };
+            t0 += nt;
+        }
+    }
+    let _ = (isa, all, nb, groups, x, out, w_rows);
+}
+
 /// A tile of activation rows, sliced for one weight row's blocks.
 pub(crate) struct Acts<'a> {
     pub q: &'a [i8],
     pub d: &'a [f32],
     pub s: &'a [f32],
+    /// The quants' sums per block.
+    pub sums: &'a [i32],
     pub nb: usize,
     /// How far ahead (bytes of quants) the kernels prefetch, 0 for not at all (see
     /// [`prefetch_distance`]).
@@ -1197,27 +1333,39 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
     }
     let rows: Vec<usize> = outs.iter().map(|(w, ..)| w.rows).collect();
     let pieces = matmul_pieces(&rows, pool.threads());
-    // Pieces go to whichever thread is free: a thread that starts late or runs slower takes
-    // fewer, so neither waits long for the other. Each output element is computed by one
-    // tile call whichever thread runs it, so the result does not depend on the split.
-    let next = AtomicUsize::new(0);
-    let work = |_tid: usize| {
+    let claims = PieceClaims::new(pieces.len(), pool.threads());
+    // Each thread takes the pieces of its own share, then helps with the others' (a thread
+    // that starts late or runs slower ends with fewer). Each output element is computed by
+    // one tile call whichever thread runs it, so the result does not depend on the split.
+    let work = |tid: usize| {
         let mut tile = [0f32; 8 * MAX_TILE];
+        let mut claim = claims.claimer(tid);
         loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(i) = claim.next() else {
+                return;
+            };
             let Some(&(job, ref rows)) = pieces.get(i) else {
                 return;
             };
             let (w, interleaved, out) = outs[job];
             if let Some(all) = interleaved {
-                for g in rows.start / 8..rows.end.div_ceil(8) {
-                    let group = all.group(g, w.cols / QK);
+                let nb = w.cols / QK;
+                let mut groups = rows.start / 8..rows.end.div_ceil(8);
+                if has_x16(isa, &all) {
+                    // Pairs of groups by the 16-row kernels; an odd last group below.
+                    let paired = groups.start..groups.start + groups.len() / 2 * 2;
+                    // SAFETY: each (token, group) is written by exactly one thread: the
+                    // pieces are disjoint and each is taken once.
+                    unsafe { groups_x16(isa, &all, nb, paired.clone(), x, out, w.rows) };
+                    groups.start = paired.end;
+                }
+                for g in groups {
+                    let group = all.group(g, nb);
                     let mut t0 = 0;
                     while t0 < t {
                         let nt = (t - t0).min(MAX_TILE);
                         dot_tile_x8(isa, &group, x, t0, &mut tile[..8 * nt]);
-                        // SAFETY: each (token, group) is written by exactly one thread: the
-                        // pieces are disjoint and each is taken once.
+                        // SAFETY: as above.
                         unsafe { out.write_group_tile(w.rows, g, t0, &tile[..8 * nt]) };
                         t0 += nt;
                     }
@@ -1249,6 +1397,45 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
     }
 }
 
+/// The pieces of a product (`0..n`) in one contiguous share per thread, each share with its
+/// own counter on its own cache line: a thread claims its share's pieces without touching a
+/// line the other threads write, then claims what is left of the others' shares. With one
+/// shared counter, every claim moved that line between the cores: a few percent of a decode
+/// step on two threads.
+struct PieceClaims {
+    /// Per share: its end, and the next unclaimed piece.
+    shares: Vec<(usize, crossbeam_utils::CachePadded<AtomicUsize>)>,
+}
+
+impl PieceClaims {
+    fn new(n: usize, threads: usize) -> PieceClaims {
+        let threads = threads.max(1);
+        PieceClaims {
+            shares: (0..threads)
+                .map(|i| {
+                    let (start, end) = (n * i / threads, n * (i + 1) / threads);
+                    (
+                        end,
+                        crossbeam_utils::CachePadded::new(AtomicUsize::new(start)),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Thread `tid`'s claims: its own share first, then the next shares in turn.
+    fn claimer(&self, tid: usize) -> impl Iterator<Item = usize> + '_ {
+        let n = self.shares.len();
+        (0..n).flat_map(move |k| {
+            let (end, next) = &self.shares[(tid + k) % n];
+            std::iter::from_fn(move || {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                (i < *end).then_some(i)
+            })
+        })
+    }
+}
+
 /// Pieces per thread that [`matmul_with`] cuts a product into: enough that the last piece
 /// is a small part of a thread's share, few enough that taking one costs nothing.
 const PIECES_PER_THREAD: usize = 16;
@@ -1258,7 +1445,11 @@ const PIECES_PER_THREAD: usize = 16;
 /// every row once.
 fn matmul_pieces(rows: &[usize], threads: usize) -> Vec<(usize, Range<usize>)> {
     let groups: usize = rows.iter().map(|r| r.div_ceil(8)).sum();
-    let per = groups.div_ceil(threads.max(1) * PIECES_PER_THREAD).max(1);
+    // An even count, so that the 16-row kernels find their pairs of groups within a piece.
+    let per = groups
+        .div_ceil(threads.max(1) * PIECES_PER_THREAD)
+        .max(1)
+        .next_multiple_of(2);
     let mut pieces = Vec::new();
     for (job, &n) in rows.iter().enumerate() {
         for g in (0..n.div_ceil(8)).step_by(per) {
@@ -1266,4 +1457,86 @@ fn matmul_pieces(rows: &[usize], threads: usize) -> Vec<(usize, Range<usize>)> {
         }
     }
     pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The SIMD quantizer's bits against the scalar reference's.
+    fn same_quantization(x: &[f32]) {
+        let n = x.len() / QK;
+        let (mut q1, mut d1, mut s1) = (vec![0i8; n * QK], vec![0f32; n], vec![0f32; n]);
+        let (mut q2, mut d2, mut s2) = (q1.clone(), d1.clone(), s1.clone());
+        let (mut n1, mut n2) = (vec![0i32; n], vec![0i32; n]);
+        quantize_blocks(
+            x,
+            QBlocksMut {
+                q: &mut q1,
+                d: &mut d1,
+                s: &mut s1,
+                sums: &mut n1,
+            },
+        );
+        quantize_blocks_scalar(
+            x,
+            QBlocksMut {
+                q: &mut q2,
+                d: &mut d2,
+                s: &mut s2,
+                sums: &mut n2,
+            },
+        );
+        assert_eq!(q1, q2);
+        assert_eq!(n1, n2);
+        for (b, sum) in n1.iter().enumerate() {
+            assert_eq!(
+                *sum,
+                q1[b * QK..(b + 1) * QK]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum::<i32>()
+            );
+        }
+        assert_eq!(
+            d1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            s1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn simd_quantization_gives_the_scalar_bits(
+            x in proptest::collection::vec(-1e4f32..1e4, 32 * 9),
+            scale in prop_oneof![Just(1.0f32), Just(1e-30), Just(1e-3), Just(3e4)],
+        ) {
+            let x: Vec<f32> = x.iter().map(|v| v * scale).collect();
+            same_quantization(&x);
+        }
+    }
+
+    #[test]
+    fn simd_quantization_handles_zero_ties_and_extremes() {
+        let mut x = vec![0f32; 32];
+        // Halves round to even: 127 * v / amax lands on .5 for these.
+        x.extend((0..32).map(|i| if i == 0 { 127.0 } else { i as f32 + 0.5 }));
+        x.extend((0..32).map(|i| {
+            if i % 2 == 0 {
+                -f32::MAX
+            } else {
+                f32::MAX / 3.0
+            }
+        }));
+        x.extend((0..32).map(|i| f32::MIN_POSITIVE * i as f32));
+        x.extend((0..32).map(|i| [f32::NAN, 1.0, f32::INFINITY, -2.0][i % 4]));
+        x.extend((0..32).map(|i| [f32::NAN, 1.0, -3.0, 0.25][i % 4]));
+        same_quantization(&x);
+    }
 }

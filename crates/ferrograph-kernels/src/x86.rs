@@ -577,6 +577,285 @@ x8_kernels!(
     true
 );
 
+/// Kernels of two interleaved groups at once (sixteen rows) in 512-bit registers: group `g`'s
+/// eight rows in the low half of each register, group `g + 1`'s in the high half. Each
+/// `vpdpbusd` then multiplies sixteen rows by four activation bytes, twice the work of the
+/// 8-row kernels' instruction at the same rate on CPUs with two 512-bit units, and the block
+/// scales cost half as many instructions per row. One call runs every pair of a piece of a
+/// product and writes the outputs in place, so that the per-group work around the 8-row
+/// kernels (slicing a group, a call, copying its tile out) is not paid per pair.
+///
+/// Every lane computes exactly what the 8-row kernel computes for its row (the same integer
+/// sums, then the same multiply, conversion and multiply-adds in the same order), so the two
+/// give the same bits and a product may mix them.
+pub(crate) mod x16_avx512 {
+    // See the note on the enclosing module.
+    #![allow(clippy::needless_range_loop)]
+
+    use super::super::{Acts, GroupQuants, Interleaved, Scales, QK};
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// Whether the layout of `all` has a 16-row kernel: `U4x8` (4-bit quants, `f32` scales and
+    /// offsets) and `I8x8` (signed bytes, half-float scales).
+    pub(crate) fn has_x16(all: &Interleaved<'_>) -> bool {
+        matches!(
+            (all.q, all.d, all.m, all.s),
+            (
+                GroupQuants::Nibbles(_),
+                Scales::F32(_),
+                Some(Scales::F32(_)),
+                None
+            ) | (GroupQuants::Signed(_), Scales::F16(_), None, None)
+        )
+    }
+
+    /// Where a run writes: `rows` outputs per token from `ptr`, `len` elements in all.
+    pub(crate) struct OutRows {
+        pub ptr: *mut f32,
+        pub len: usize,
+        pub rows: usize,
+    }
+
+    /// Products of the groups `groups` of `all` (a whole matrix of `nb` blocks per row, in
+    /// pairs: an even count) with the tile `x` of tokens `t0..t0 + n` (1 to 4), written to
+    /// `out.ptr[(t0 + t) * out.rows + 8 * g + lane]`. Layouts without a 16-row kernel
+    /// ([`has_x16`]) write nothing.
+    ///
+    /// # Panics
+    /// When the groups or the outputs are out of bounds, or the count is odd.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI, and F16C; `out` must be valid for
+    /// writes of `out.len` elements, none of them accessed by another thread meanwhile.
+    pub(crate) unsafe fn run_x16(
+        all: &Interleaved<'_>,
+        nb: usize,
+        groups: Range<usize>,
+        x: &Acts<'_>,
+        t0: usize,
+        out: &OutRows,
+    ) {
+        let nt = x.d.len().checked_div(nb).unwrap_or(0);
+        let n = 8 * nb * groups.end;
+        assert!(groups.len().is_multiple_of(2) && (1..=4).contains(&nt) && x.nb == nb);
+        assert!(x.q.len() >= nt * nb * QK && x.s.len() >= nt * nb && x.sums.len() >= nt * nb);
+        assert!(8 * groups.end <= out.rows && (t0 + nt - 1) * out.rows + 8 * groups.end <= out.len);
+        match (all.q, all.d, all.m, all.s) {
+            (GroupQuants::Nibbles(q), Scales::F32(d), Some(Scales::F32(m)), None) => {
+                assert!(q.len() >= 16 * n && d.len() >= n && m.len() >= n);
+                // SAFETY: the caller guarantees the features and the output's validity; the
+                // asserts above bound every read and write of the callee.
+                unsafe { by_tokens!(nt, NT => run_u4x16::<NT>(q, d, m, groups, x, t0, out)) }
+            }
+            (GroupQuants::Signed(q), Scales::F16(d), None, None) => {
+                assert!(q.len() >= 32 * n && d.len() >= n);
+                // SAFETY: as above.
+                unsafe { by_tokens!(nt, NT => run_i8x16::<NT>(q, d, groups, x, t0, out)) }
+            }
+            _ => {}
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+    #[inline(never)]
+    unsafe fn run_i8x16<const NT: usize>(
+        q: &[i8],
+        d: &[u16],
+        groups: Range<usize>,
+        x: &Acts<'_>,
+        t0: usize,
+        out: &OutRows,
+    ) {
+        let nb = x.nb;
+        // SAFETY: as in `run_u4x16`.
+        unsafe {
+            for g in groups.step_by(2) {
+                let acc =
+                    pair_i8x16::<NT>(q.as_ptr().add(256 * nb * g), d.as_ptr().add(8 * nb * g), x);
+                for t in 0..NT {
+                    _mm512_storeu_ps(out.ptr.add((t0 + t) * out.rows + 8 * g), acc[t]);
+                }
+            }
+        }
+    }
+
+    /// One pair of `I8x8` groups. `vpdpbusd` multiplies unsigned bytes by signed ones; the
+    /// 8-row kernels make the weights unsigned as their magnitudes, with their signs moved to
+    /// each token's bytes (an instruction per token and chunk, which 512-bit registers lack).
+    /// Here the weights are offset by 128 instead (`w ^ 0x80` is `w + 128` as an unsigned
+    /// byte), shared by every token, and each sum starts at `-128` times the token's block
+    /// sum: `sum (w + 128) y - 128 sum y = sum w y`, the same integer.
+    ///
+    /// # Safety
+    /// The features; `q` and `d` readable for two groups of `x.nb` blocks; `x` holding `NT`
+    /// tokens.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+    #[inline]
+    unsafe fn pair_i8x16<const NT: usize>(
+        q: *const i8,
+        d: *const u16,
+        x: &Acts<'_>,
+    ) -> [__m512; NT] {
+        let nb = x.nb;
+        // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
+        unsafe {
+            let (qb, db) = (q.add(256 * nb), d.add(8 * nb));
+            let bias = _mm512_set1_epi8(-128);
+            let mut acc = [_mm512_setzero_ps(); NT];
+            for blk in 0..nb {
+                if x.ahead > 0 {
+                    crate::prefetch_lines(q.add(256 * blk).cast(), x.ahead, 4);
+                    crate::prefetch_lines(qb.add(256 * blk).cast(), x.ahead, 4);
+                }
+                // Two chains per token (even and odd chunks); the first starts at the offset's
+                // correction.
+                let mut isum = [_mm512_setzero_si512(); NT];
+                let mut isum_odd = [_mm512_setzero_si512(); NT];
+                for t in 0..NT {
+                    isum[t] = _mm512_set1_epi32(-128 * *x.sums.get_unchecked(t * nb + blk));
+                }
+                for c in 0..8 {
+                    let ra = _mm256_loadu_si256(q.add(256 * blk + 32 * c) as *const __m256i);
+                    let rb = _mm256_loadu_si256(qb.add(256 * blk + 32 * c) as *const __m256i);
+                    let w = _mm512_xor_si512(
+                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ra), rb),
+                        bias,
+                    );
+                    for t in 0..NT {
+                        let y = x.q.as_ptr().add((t * nb + blk) * QK + 4 * c);
+                        let yv = _mm512_set1_epi32((y as *const i32).read_unaligned());
+                        if c % 2 == 0 {
+                            isum[t] = _mm512_dpbusd_epi32(isum[t], w, yv);
+                        } else {
+                            isum_odd[t] = _mm512_dpbusd_epi32(isum_odd[t], w, yv);
+                        }
+                    }
+                }
+                // The 8-row kernel's `scale_block` (no offsets), sixteen lanes wide.
+                let half = |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let dv = join(half(d.add(8 * blk)), half(db.add(8 * blk)));
+                for t in 0..NT {
+                    let isum = _mm512_add_epi32(isum[t], isum_odd[t]);
+                    let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[t]);
+                }
+            }
+            acc
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+    #[inline(never)]
+    unsafe fn run_u4x16<const NT: usize>(
+        q: &[u8],
+        d: &[f32],
+        m: &[f32],
+        groups: Range<usize>,
+        x: &Acts<'_>,
+        t0: usize,
+        out: &OutRows,
+    ) {
+        let nb = x.nb;
+        // SAFETY: the caller guarantees the features; `run_x16`'s asserts bound the group
+        // pointers (each pair's two groups lie below `groups.end`), the activations and the
+        // outputs.
+        unsafe {
+            for g in groups.step_by(2) {
+                let acc = pair_u4x16::<NT>(
+                    q.as_ptr().add(128 * nb * g),
+                    d.as_ptr().add(8 * nb * g),
+                    m.as_ptr().add(8 * nb * g),
+                    x,
+                );
+                for t in 0..NT {
+                    _mm512_storeu_ps(out.ptr.add((t0 + t) * out.rows + 8 * g), acc[t]);
+                }
+            }
+        }
+    }
+
+    /// One pair: `U4x8` twice. Per block, each chunk of the two groups' nibbles in one
+    /// register (low half the first group's, from `q`, `d`, `m`; high half the next group's,
+    /// `nb` blocks further), both nibbles' products with the token's bytes straight into 32-bit
+    /// sums, then the scales and offsets as the 8-row kernel applies them.
+    ///
+    /// # Safety
+    /// The features; `q`, `d`, `m` readable for two groups of `x.nb` blocks; `x` holding `NT`
+    /// tokens.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+    #[inline]
+    unsafe fn pair_u4x16<const NT: usize>(
+        q: *const u8,
+        d: *const f32,
+        m: *const f32,
+        x: &Acts<'_>,
+    ) -> [__m512; NT] {
+        let nb = x.nb;
+        // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
+        unsafe {
+            let (qb, db, mb) = (q.add(128 * nb), d.add(8 * nb), m.add(8 * nb));
+            let m4 = _mm512_set1_epi8(0x0f);
+            let mut acc = [_mm512_setzero_ps(); NT];
+            for blk in 0..nb {
+                if x.ahead > 0 {
+                    crate::prefetch_lines(q.add(128 * blk), x.ahead, 2);
+                    crate::prefetch_lines(qb.add(128 * blk), x.ahead, 2);
+                }
+                // Two chains of sums per token (low and high nibbles), added at the end:
+                // integer sums, so the same value, with half the wait on each `vpdpbusd`.
+                let mut isum = [_mm512_setzero_si512(); NT];
+                let mut isum_hi = [_mm512_setzero_si512(); NT];
+                for c in 0..4 {
+                    let ra = _mm256_loadu_si256(q.add(128 * blk + 32 * c) as *const __m256i);
+                    let rb = _mm256_loadu_si256(qb.add(128 * blk + 32 * c) as *const __m256i);
+                    let raw = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ra), rb);
+                    let lo = _mm512_and_si512(raw, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+                    for t in 0..NT {
+                        let y = x.q.as_ptr().add((t * nb + blk) * QK);
+                        let ylo = _mm512_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+                        let yhi =
+                            _mm512_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
+                        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, ylo);
+                        isum_hi[t] = _mm512_dpbusd_epi32(isum_hi[t], hi, yhi);
+                    }
+                }
+                // The 8-row kernel's `scale_block`, sixteen lanes wide.
+                let dv = join(
+                    _mm256_loadu_ps(d.add(8 * blk)),
+                    _mm256_loadu_ps(db.add(8 * blk)),
+                );
+                let mv = join(
+                    _mm256_loadu_ps(m.add(8 * blk)),
+                    _mm256_loadu_ps(mb.add(8 * blk)),
+                );
+                for t in 0..NT {
+                    let isum = _mm512_add_epi32(isum[t], isum_hi[t]);
+                    let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[t]);
+                    acc[t] = _mm512_fmadd_ps(
+                        mv,
+                        _mm512_set1_ps(*x.s.get_unchecked(t * nb + blk)),
+                        acc[t],
+                    );
+                }
+            }
+            acc
+        }
+    }
+
+    /// `lo` in lanes 0..8, `hi` in lanes 8..16.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+    #[inline]
+    fn join(lo: __m256, hi: __m256) -> __m512 {
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+            _mm256_castps_pd(hi),
+        ))
+    }
+}
+
 /// The [`crate::wide`] kernels: 12-bit weights times 16-bit activations, eight rows of a group
 /// per 256-bit register, with `vpdpwssd` (AVX-512 VNNI) or `vpmaddwd` (AVX2).
 macro_rules! wide_kernels {
@@ -827,6 +1106,83 @@ pub(crate) mod attn_f16 {
                     _mm256_storeu_ps(p, a[r][0]);
                     _mm256_storeu_ps(p.add(8), a[r][1]);
                 }
+            }
+        }
+    }
+}
+
+/// Activation quantization ([`crate::QAct`]) with AVX2: the scalar `quantize_blocks`'s
+/// arithmetic eight lanes at a time, with the same result bit for bit (the largest magnitude,
+/// the scale and its inverse as there; `cvtps2dq` rounds to nearest even, as the scalar
+/// version's shift trick does, for the values within +-127 that both see; NaN products are 0
+/// in both).
+pub(crate) mod quant {
+    use crate::QK;
+    use std::arch::x86_64::*;
+
+    /// Quantizes the blocks of `x` into `out`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn quantize_blocks(x: &[f32], out: crate::QBlocksMut<'_>) {
+        let blocks = x.len() / QK;
+        let crate::QBlocksMut { q, d, s, sums } = out;
+        assert!(
+            q.len() >= blocks * QK
+                && d.len() >= blocks
+                && s.len() >= blocks
+                && sums.len() >= blocks
+        );
+        // SAFETY: AVX2 and FMA are present (the caller's contract); the assert above bounds
+        // every read and write: block `b < blocks` reads `x[32b..32b + 32]` and writes
+        // `q[32b..32b + 32]`, `d[b]`, `s[b]`, `sums[b]`.
+        unsafe {
+            let sign = _mm256_set1_ps(-0.0);
+            // `packs` interleaves 128-bit lanes; this puts the 32-bit groups back in order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for b in 0..blocks {
+                let p = x.as_ptr().add(QK * b);
+                let v = [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ];
+                // `max(|v|, m)` keeps `m` where `|v|` is NaN, as `f32::max` does.
+                let mut m = _mm256_setzero_ps();
+                for vi in v {
+                    m = _mm256_max_ps(_mm256_andnot_ps(sign, vi), m);
+                }
+                let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+                let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+                let scale = amax / 127.0;
+                let idv = _mm256_set1_ps(crate::quant_inverse(scale));
+                // NaN products (NaN or infinite inputs) become 0, as in the scalar version.
+                let qi = v.map(|vi| {
+                    let p = _mm256_mul_ps(vi, idv);
+                    _mm256_cvtps_epi32(_mm256_and_ps(p, _mm256_cmp_ps::<_CMP_ORD_Q>(p, p)))
+                });
+                let sum = _mm256_add_epi32(
+                    _mm256_add_epi32(qi[0], qi[1]),
+                    _mm256_add_epi32(qi[2], qi[3]),
+                );
+                let s4 = _mm_add_epi32(
+                    _mm256_castsi256_si128(sum),
+                    _mm256_extracti128_si256::<1>(sum),
+                );
+                let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+                let total = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2)));
+                let w16 = _mm256_packs_epi16(
+                    _mm256_packs_epi32(qi[0], qi[1]),
+                    _mm256_packs_epi32(qi[2], qi[3]),
+                );
+                let bytes = _mm256_permutevar8x32_epi32(w16, order);
+                _mm256_storeu_si256(q.as_mut_ptr().add(QK * b).cast(), bytes);
+                *d.get_unchecked_mut(b) = scale;
+                *s.get_unchecked_mut(b) = scale * total as f32;
+                *sums.get_unchecked_mut(b) = total;
             }
         }
     }

@@ -313,14 +313,17 @@ fn activation_quantization_round_trips() {
 #[test]
 fn parallel_quantization_matches_the_serial_one() {
     let pool = Pool::new(3);
+    // Small inputs (a decode step's rows) stay on the calling thread; from 16,384 elements
+    // (four rows here) they are split over the pool.
+    let cols = 4096;
     for rows in [1, 2, 3, 5, 8] {
-        let x: Vec<f32> = (0..rows * 64)
+        let x: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 53 % 41) as f32 - 20.0) * 0.17)
             .collect();
         let (mut serial, mut parallel) = (QAct::default(), QAct::default());
-        serial.quantize(&x, 64);
-        parallel.quantize_on(&pool, &x, 64);
-        assert_eq!((parallel.rows, parallel.cols), (rows, 64));
+        serial.quantize(&x, cols);
+        parallel.quantize_on(&pool, &x, cols);
+        assert_eq!((parallel.rows, parallel.cols), (rows, cols));
         assert_eq!(serial.q, parallel.q, "{rows} rows");
         assert_eq!(serial.d, parallel.d, "{rows} rows");
         assert_eq!(serial.s, parallel.s, "{rows} rows");
@@ -426,6 +429,56 @@ fn products_of_several_jobs_are_the_same_bits_on_any_number_of_threads() {
                     b.iter().map(|v| v.to_bits()).collect(),
                 );
                 assert_eq!(a, b, "{t} tokens, {threads} threads");
+            }
+        }
+    }
+}
+
+/// The 16-row kernels (two groups of eight rows per 512-bit register, AVX-512 VNNI; 4-bit
+/// and 8-bit weights) give the bits of the 8-row kernels of the other instruction sets, whatever the token count
+/// (tiles of 1 to 4 and remainders) and with an unpaired last group (5 groups).
+#[test]
+fn sixteen_row_kernels_give_the_eight_row_bits() {
+    if !kernels::isa_available(Isa::Avx512Vnni) {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    let (rows, cols) = (40, 512);
+    let xs: Vec<f32> = (0..cols * 9)
+        .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 6.0)
+        .collect();
+    let pool = Pool::new(2);
+    for ty in [
+        GgufType::Q4_0,
+        GgufType::Q4_1,
+        GgufType::Q4K,
+        GgufType::Q8_0,
+    ] {
+        let w = QMatrix::from_gguf(
+            ty,
+            rows,
+            cols,
+            &blocks(ty, rows * cols / ty.block_elems(), 9),
+        )
+        .unwrap();
+        for t in 1..=9 {
+            let mut act = QAct::default();
+            act.quantize(&xs[..t * cols], cols);
+            let mut wide = vec![0f32; t * rows];
+            kernels::matmul_with(Isa::Avx512Vnni, &pool, &mut [(&w, &mut wide[..])], &act);
+            for isa in [Isa::Avx2, Isa::AvxVnni] {
+                if !kernels::isa_available(isa) {
+                    continue;
+                }
+                let mut narrow = vec![0f32; t * rows];
+                kernels::matmul_with(isa, &pool, &mut [(&w, &mut narrow[..])], &act);
+                for (i, (a, b)) in wide.iter().zip(&narrow).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{ty:?}, {t} tokens, element {i}: {a} against {isa:?}'s {b}"
+                    );
+                }
             }
         }
     }
