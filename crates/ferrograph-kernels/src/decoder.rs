@@ -750,19 +750,36 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
         } else {
             None
         };
+        // Each sequence's rotations and cache append, the sequences split over the pool: the
+        // rows were just written by whichever thread computed them, and reading them on one
+        // thread waited on the other's caches.
+        let mut work: Vec<SeqRope<'_>> = Vec::with_capacity(items.len());
+        let (mut q_rest, mut k_rest, mut v_rest) = (&mut q[..], &mut k[..], &v[..]);
         for ((it, span), (global, local)) in items.iter_mut().zip(&spans).zip(&tables) {
-            let table = match (local, local_layer) {
-                (Some(local), true) => local,
-                _ => global,
-            };
-            let (qs, ks) = (
-                &mut q[span.start * qd..span.end * qd],
-                &mut k[span.start * kv..span.end * kv],
-            );
-            rope(qs, hd, &table.cos, &table.sin, neox);
-            rope(ks, hd, &table.cos, &table.sin, neox);
-            it.model.cache[li].append(ks, &v[span.start * kv..span.end * kv], cfg.kv_heads, hd);
+            let n = span.len();
+            let (qs, qt) = std::mem::take(&mut q_rest).split_at_mut(n * qd);
+            let (ks, kt) = std::mem::take(&mut k_rest).split_at_mut(n * kv);
+            let (vs, vt) = v_rest.split_at(n * kv);
+            (q_rest, k_rest, v_rest) = (qt, kt, vt);
+            work.push(SeqRope {
+                cache: &mut it.model.cache[li],
+                q: qs,
+                k: ks,
+                v: vs,
+                table: match (local, local_layer) {
+                    (Some(local), true) => local,
+                    _ => global,
+                },
+            });
         }
+        pool.for_each_piece(&mut work, 1, &|_, pieces| {
+            for s in pieces.iter_mut() {
+                rope(s.q, hd, &s.table.cos, &s.table.sin, neox);
+                rope(s.k, hd, &s.table.cos, &s.table.sin, neox);
+                s.cache.append(s.k, s.v, cfg.kv_heads, hd);
+            }
+        });
+        drop(work);
         let seqs: Vec<AttnSeq<'_>> = items
             .iter()
             .zip(&spans)
@@ -824,6 +841,15 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
         .chunks_exact(cfg.vocab)
         .map(<[f32]>::to_vec)
         .collect())
+}
+
+/// One sequence's share of a layer's rotations and cache append in [`forward_batch`].
+struct SeqRope<'a> {
+    cache: &'a mut KvCache,
+    q: &'a mut [f32],
+    k: &'a mut [f32],
+    v: &'a [f32],
+    table: &'a RopeTable,
 }
 
 /// Cosines and sines of one rotary frequency table at the positions of one forward pass.
