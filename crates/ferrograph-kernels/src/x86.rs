@@ -801,6 +801,10 @@ pub(crate) mod x16_avx512 {
                 if x.ahead > 0 {
                     crate::prefetch_lines(q.add(128 * blk), x.ahead, 2);
                     crate::prefetch_lines(qb.add(128 * blk), x.ahead, 2);
+                    // The scales and offsets, a quarter of the quants' bytes, as far ahead.
+                    for p in [d, db, m, mb] {
+                        crate::prefetch_lines(p.add(8 * blk).cast(), x.ahead / 4, 1);
+                    }
                 }
                 // Two chains of sums per token (low and high nibbles), added at the end:
                 // integer sums, so the same value, with half the wait on each `vpdpbusd`.
