@@ -596,18 +596,45 @@ pub(crate) mod x16_avx512 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
+    /// The layouts with a 16-row kernel, as a whole matrix's arrays.
+    enum PairLayout<'a> {
+        /// `U4x8`: 4-bit quants, `f32` scales and offsets.
+        U4 {
+            q: &'a [u8],
+            d: &'a [f32],
+            m: &'a [f32],
+        },
+        /// `I8x8`: signed bytes, half-float scales.
+        I8 { q: &'a [i8], d: &'a [u16] },
+    }
+
+    impl<'a> PairLayout<'a> {
+        fn of(all: &Interleaved<'a>) -> Option<PairLayout<'a>> {
+            match (all.q, all.d, all.m, all.s) {
+                (GroupQuants::Nibbles(q), Scales::F32(d), Some(Scales::F32(m)), None) => {
+                    Some(PairLayout::U4 { q, d, m })
+                }
+                (GroupQuants::Signed(q), Scales::F16(d), None, None) => {
+                    Some(PairLayout::I8 { q, d })
+                }
+                _ => None,
+            }
+        }
+
+        /// Whether the arrays hold the first `groups` groups of `nb` blocks.
+        fn holds(&self, groups: usize, nb: usize) -> bool {
+            let n = 8 * nb * groups;
+            match self {
+                PairLayout::U4 { q, d, m } => q.len() >= 16 * n && d.len() >= n && m.len() >= n,
+                PairLayout::I8 { q, d } => q.len() >= 32 * n && d.len() >= n,
+            }
+        }
+    }
+
     /// Whether the layout of `all` has a 16-row kernel: `U4x8` (4-bit quants, `f32` scales and
     /// offsets) and `I8x8` (signed bytes, half-float scales).
     pub(crate) fn has_x16(all: &Interleaved<'_>) -> bool {
-        matches!(
-            (all.q, all.d, all.m, all.s),
-            (
-                GroupQuants::Nibbles(_),
-                Scales::F32(_),
-                Some(Scales::F32(_)),
-                None
-            ) | (GroupQuants::Signed(_), Scales::F16(_), None, None)
-        )
+        PairLayout::of(all).is_some()
     }
 
     /// Where a run writes: `rows` outputs per token from `ptr`, `len` elements in all.
@@ -636,43 +663,47 @@ pub(crate) mod x16_avx512 {
         t0: usize,
         out: &OutRows,
     ) {
+        let Some(layout) = PairLayout::of(all) else {
+            return;
+        };
         let nt = x.d.len().checked_div(nb).unwrap_or(0);
-        let n = 8 * nb * groups.end;
         assert!(groups.len().is_multiple_of(2) && (1..=4).contains(&nt) && x.nb == nb);
+        assert!(layout.holds(groups.end, nb));
         assert!(x.q.len() >= nt * nb * QK && x.s.len() >= nt * nb && x.sums.len() >= nt * nb);
         assert!(8 * groups.end <= out.rows && (t0 + nt - 1) * out.rows + 8 * groups.end <= out.len);
-        match (all.q, all.d, all.m, all.s) {
-            (GroupQuants::Nibbles(q), Scales::F32(d), Some(Scales::F32(m)), None) => {
-                assert!(q.len() >= 16 * n && d.len() >= n && m.len() >= n);
-                // SAFETY: the caller guarantees the features and the output's validity; the
-                // asserts above bound every read and write of the callee.
-                unsafe { by_tokens!(nt, NT => run_u4x16::<NT>(q, d, m, groups, x, t0, out)) }
-            }
-            (GroupQuants::Signed(q), Scales::F16(d), None, None) => {
-                assert!(q.len() >= 32 * n && d.len() >= n);
-                // SAFETY: as above.
-                unsafe { by_tokens!(nt, NT => run_i8x16::<NT>(q, d, groups, x, t0, out)) }
-            }
-            _ => {}
-        }
+        // SAFETY: the caller guarantees the features and the output's validity; the asserts
+        // above bound every read and write of the callee.
+        unsafe { by_tokens!(nt, NT => run_pairs::<NT>(&layout, groups, x, t0, out)) }
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
     #[inline(never)]
-    unsafe fn run_i8x16<const NT: usize>(
-        q: &[i8],
-        d: &[u16],
+    unsafe fn run_pairs<const NT: usize>(
+        layout: &PairLayout<'_>,
         groups: Range<usize>,
         x: &Acts<'_>,
         t0: usize,
         out: &OutRows,
     ) {
         let nb = x.nb;
-        // SAFETY: as in `run_u4x16`.
+        // SAFETY: the caller guarantees the features; `run_x16`'s asserts bound the group
+        // pointers (each pair's two groups lie below `groups.end`), the activations and the
+        // outputs.
         unsafe {
             for g in groups.step_by(2) {
-                let acc =
-                    pair_i8x16::<NT>(q.as_ptr().add(256 * nb * g), d.as_ptr().add(8 * nb * g), x);
+                let acc = match layout {
+                    PairLayout::U4 { q, d, m } => pair_u4x16::<NT>(
+                        q.as_ptr().add(128 * nb * g),
+                        d.as_ptr().add(8 * nb * g),
+                        m.as_ptr().add(8 * nb * g),
+                        x,
+                    ),
+                    PairLayout::I8 { q, d } => pair_i8x16::<NT>(
+                        q.as_ptr().add(256 * nb * g),
+                        d.as_ptr().add(8 * nb * g),
+                        x,
+                    ),
+                };
                 for t in 0..NT {
                     _mm512_storeu_ps(out.ptr.add((t0 + t) * out.rows + 8 * g), acc[t]);
                 }
@@ -742,36 +773,6 @@ pub(crate) mod x16_avx512 {
                 }
             }
             acc
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-    #[inline(never)]
-    unsafe fn run_u4x16<const NT: usize>(
-        q: &[u8],
-        d: &[f32],
-        m: &[f32],
-        groups: Range<usize>,
-        x: &Acts<'_>,
-        t0: usize,
-        out: &OutRows,
-    ) {
-        let nb = x.nb;
-        // SAFETY: the caller guarantees the features; `run_x16`'s asserts bound the group
-        // pointers (each pair's two groups lie below `groups.end`), the activations and the
-        // outputs.
-        unsafe {
-            for g in groups.step_by(2) {
-                let acc = pair_u4x16::<NT>(
-                    q.as_ptr().add(128 * nb * g),
-                    d.as_ptr().add(8 * nb * g),
-                    m.as_ptr().add(8 * nb * g),
-                    x,
-                );
-                for t in 0..NT {
-                    _mm512_storeu_ps(out.ptr.add((t0 + t) * out.rows + 8 * g), acc[t]);
-                }
-            }
         }
     }
 
