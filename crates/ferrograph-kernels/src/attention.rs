@@ -18,9 +18,14 @@
 //! are summed in position order, and a row's arithmetic never depends on the other rows of its
 //! tile, its batch, the split over threads, or whether its token came in a prefill or a
 //! decode step. So a sequence's output is bit for bit the same alone or batched, and a prompt
-//! gives the same cache whether it was prefilled in one pass or several. The AVX2 blocks and
-//! the scalar ones perform the same fused multiply-adds in the same order (tested bit for
-//! bit).
+//! gives the same cache whether it was prefilled in one pass or several. The AVX-512 blocks,
+//! the AVX2 ones and the scalar ones perform the same operations in the same order on every
+//! score and output (tested bit for bit); the AVX-512 ones only hold more of them per
+//! register (two key blocks' scores at once, a row's softmax step in one register).
+//!
+//! **Decode** (one row per sequence, a few hundred keys) is mostly fixed costs, so whole
+//! units (every key of their rows) write their normalized rows straight to the output, and
+//! each thread keeps its buffers from one pass to the next.
 
 // Index loops address the tile's rows, lanes and dimensions in several arrays at once.
 #![allow(clippy::needless_range_loop)]
@@ -280,34 +285,45 @@ pub(crate) fn attention(
     out: &mut [f32],
 ) {
     let pool = crate::pool::global();
-    attention_with(
-        simd_available(),
-        pool.threads(),
-        shape,
-        q,
-        seqs,
-        window,
-        out,
-    );
+    attention_with(Blocks::best(), pool.threads(), shape, q, seqs, window, out);
 }
 
-/// Whether the AVX2/F16C blocks run (every SIMD instruction set of [`crate::Isa`] includes
-/// F16C).
-fn simd_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::detected_isa() != crate::Isa::Scalar
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+/// Which code computes the blocks: each performs the same operations in the same order on
+/// every score and output, so all give the same bits (tested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Blocks {
+    /// Portable code.
+    Scalar,
+    /// AVX2, FMA and F16C ([`crate::x86::attn_f16`]); every SIMD instruction set of
+    /// [`crate::Isa`] has them.
+    Avx2,
+    /// AVX-512 where [`crate::Isa::Avx512Vnni`] runs ([`crate::x86::attn_f16_512`]): two key
+    /// blocks' scores at once, a row's softmax step in one register, wider value sums.
+    Avx512,
+}
+
+impl Blocks {
+    /// The fastest this CPU (or `FERROGRAPH_ISA`) allows.
+    fn best() -> Blocks {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match crate::detected_isa() {
+                crate::Isa::Scalar => Blocks::Scalar,
+                crate::Isa::Avx512Vnni => Blocks::Avx512,
+                _ => Blocks::Avx2,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Blocks::Scalar
+        }
     }
 }
 
 /// [`attention`] with the SIMD blocks or the scalar ones, its work split as for `threads`
 /// threads (the result does not depend on either); it runs on the pool's threads.
 fn attention_with(
-    simd: bool,
+    isa: Blocks,
     threads: usize,
     shape: &AttnShape,
     q: &[f32],
@@ -364,42 +380,55 @@ fn attention_with(
             }
         }
     }
+    // Units that are whole (no row's keys split over units) write their rows' outputs
+    // straight to `out`; split ones keep their states for the fold below.
+    let whole = pieces == 1;
     let results: Vec<Mutex<Vec<f32>>> = units
         .iter()
-        .map(|u| Mutex::new(vec![0f32; u.tokens * group * u.states() * state_len(hd)]))
+        .map(|u| {
+            let n = if whole {
+                0
+            } else {
+                u.tokens * group * u.states() * state_len(hd)
+            };
+            Mutex::new(vec![0f32; n])
+        })
         .collect();
+    let out_rows = OutRows {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
     let run_unit = |ui: usize, scratch: &mut Scratch| {
         let u = &units[ui];
-        unit_states(
-            simd,
-            shape,
-            q,
-            &seqs[u.seq],
-            u,
-            window,
-            scratch,
-            &mut results[ui].lock(),
-        );
+        let to = if whole {
+            Dest::Out(&out_rows)
+        } else {
+            Dest::States(&mut results[ui].lock())
+        };
+        unit_states(isa, shape, q, &seqs[u.seq], u, window, scratch, to);
     };
     let pool = crate::pool::global();
     if parallel && units.len() > 1 && pool.threads() > 1 {
         // Units go to whichever thread is free (their cost varies with their keys).
         let next = AtomicUsize::new(0);
         pool.run(&|_| {
-            let mut scratch = Scratch::new(hd);
-            loop {
+            Scratch::with(hd, |scratch| loop {
                 let ui = next.fetch_add(1, Ordering::Relaxed);
                 if ui >= units.len() {
                     break;
                 }
-                run_unit(ui, &mut scratch);
-            }
+                run_unit(ui, scratch);
+            });
         });
     } else {
-        let mut scratch = Scratch::new(hd);
-        for ui in 0..units.len() {
-            run_unit(ui, &mut scratch);
-        }
+        Scratch::with(hd, |scratch| {
+            for ui in 0..units.len() {
+                run_unit(ui, scratch);
+            }
+        });
+    }
+    if whole {
+        return;
     }
     // Fold each row's states in chunk order and normalize. A base unit's pieces are
     // consecutive, its first piece first.
@@ -479,6 +508,40 @@ impl Scratch {
             fold: TileState::new(hd),
         }
     }
+
+    /// Runs `f` with this thread's buffers for heads of `hd` dimensions (kept from one
+    /// attention pass to the next: a decode step runs one per layer).
+    fn with<R>(hd: usize, f: impl FnOnce(&mut Scratch) -> R) -> R {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
+        }
+        SCRATCH.with_borrow_mut(|s| {
+            let s = match s {
+                Some(s) if s.q.len() == TILE * hd => s,
+                _ => s.insert(Scratch::new(hd)),
+            };
+            f(s)
+        })
+    }
+}
+
+/// The whole output, written through a pointer by the threads of a pass: each unit writes
+/// only its own rows' heads.
+struct OutRows {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the pointer is only written through at disjoint places (see `Dest::Out`), while the
+// slice it comes from is borrowed by `attention_with` and not otherwise accessed.
+unsafe impl Sync for OutRows {}
+
+/// Where a unit's rows go.
+enum Dest<'a> {
+    /// Normalized, into the output (a whole unit: every key of its rows).
+    Out(&'a OutRows),
+    /// As saved states, row by row, to be folded with other units'.
+    States(&'a mut [f32]),
 }
 
 /// The online softmax's state of a tile's rows: per row the largest score so far, the sum of
@@ -529,14 +592,14 @@ impl TileState {
 /// into one for a first unit, one per chunk otherwise), into `dst` (row by row).
 #[allow(clippy::too_many_arguments)]
 fn unit_states(
-    simd: bool,
+    isa: Blocks,
     shape: &AttnShape,
     q: &[f32],
     s: &AttnSeq<'_>,
     u: &Unit,
     window: Option<usize>,
     scratch: &mut Scratch,
-    dst: &mut [f32],
+    mut to: Dest<'_>,
 ) {
     let (hd, group) = (shape.hd, shape.group());
     let qd = shape.heads * hd;
@@ -571,7 +634,7 @@ fn unit_states(
             scratch.chunk.clear();
             if !keys.is_empty() {
                 chunk_state(
-                    simd,
+                    isa,
                     shape,
                     s.cache,
                     u.g,
@@ -585,7 +648,7 @@ fn unit_states(
                 for r in 0..live {
                     scratch.fold.merge(&scratch.chunk, r, hd);
                 }
-            } else {
+            } else if let Dest::States(dst) = &mut to {
                 for r in 0..live {
                     let at = ((f0 + r) * k + ci) * sl;
                     scratch.chunk.save(r, hd, &mut dst[at..at + sl]);
@@ -594,8 +657,26 @@ fn unit_states(
         }
         if u.first {
             for r in 0..live {
-                let at = (f0 + r) * sl;
-                scratch.fold.save(r, hd, &mut dst[at..at + sl]);
+                match &mut to {
+                    Dest::States(dst) => {
+                        let at = (f0 + r) * sl;
+                        scratch.fold.save(r, hd, &mut dst[at..at + sl]);
+                    }
+                    Dest::Out(out) => {
+                        let fr = f0 + r;
+                        let (t, e) = (u.r0 + fr / group, fr % group);
+                        let at = (s.rows.start + t) * qd + (u.g * group + e) * hd;
+                        assert!(at + hd <= out.len);
+                        let inv = 1.0 / scratch.fold.l[r];
+                        let acc = &scratch.fold.acc[r * hd..(r + 1) * hd];
+                        for (d, a) in acc.iter().enumerate() {
+                            // SAFETY: in bounds (asserted); this unit alone writes the heads
+                            // of its key/value head `u.g` in its rows, and nothing reads the
+                            // output during the pass.
+                            unsafe { *out.ptr.add(at + d) = a * inv };
+                        }
+                    }
+                }
             }
         }
     }
@@ -606,7 +687,7 @@ fn unit_states(
 /// only the keys of `span[r]`.
 #[allow(clippy::too_many_arguments)]
 fn chunk_state(
-    simd: bool,
+    isa: Blocks,
     shape: &AttnShape,
     cache: &KvCache,
     g: usize,
@@ -616,14 +697,34 @@ fn chunk_state(
     st: &mut TileState,
 ) {
     let (hd, kv_heads) = (shape.hd, shape.kv_heads);
-    for b in keys.start / KEY_BLOCK..keys.end.div_ceil(KEY_BLOCK) {
+    let blocks = keys.start / KEY_BLOCK..keys.end.div_ceil(KEY_BLOCK);
+    // Each block's softmax steps and values, in block order.
+    let mut finish = |b: usize, mut p: [[f32; KEY_BLOCK]; TILE]| {
         let j0 = b * KEY_BLOCK;
-        let (kt, vb) = cache.block(b, g, kv_heads, hd);
-        let mut p = scores_block(simd, qs, kt, hd);
-        for r in 0..TILE {
-            let valid = span[r].start.max(j0).saturating_sub(j0)
-                ..span[r].end.min(j0 + KEY_BLOCK).saturating_sub(j0);
+        let valid: [Range<usize>; TILE] = std::array::from_fn(|r| {
+            span[r].start.max(j0).saturating_sub(j0)
+                ..span[r].end.min(j0 + KEY_BLOCK).saturating_sub(j0)
+        });
+        let lanes = keys.start.max(j0) - j0..keys.end.min(j0 + KEY_BLOCK) - j0;
+        let (_, vb) = cache.block(b, g, kv_heads, hd);
+        #[cfg(target_arch = "x86_64")]
+        if isa == Blocks::Avx512 && hd.is_multiple_of(32) {
+            use crate::x86::attn_f16_512::softmax_values;
+            let (p, m, l, acc) = (&mut p, &mut st.m, &mut st.l, &mut st.acc[..]);
+            // SAFETY: `Avx512` is chosen only where `Isa::Avx512Vnni` runs, which has
+            // AVX-512 F, VL and BW, FMA and F16C.
+            unsafe {
+                if hd.is_multiple_of(64) {
+                    softmax_values::<4>(p, &valid, m, l, lanes, vb, hd, hd, acc);
+                } else {
+                    softmax_values::<2>(p, &valid, m, l, lanes, vb, hd, hd, acc);
+                }
+            }
+            return;
+        }
+        for (r, valid) in valid.into_iter().enumerate() {
             softmax_step(
+                isa,
                 &mut p[r],
                 valid,
                 &mut st.m[r],
@@ -631,8 +732,34 @@ fn chunk_state(
                 &mut st.acc[r * hd..(r + 1) * hd],
             );
         }
-        let lanes = keys.start.max(j0) - j0..keys.end.min(j0 + KEY_BLOCK) - j0;
-        add_values_block(simd, &p, lanes, vb, hd, hd, &mut st.acc);
+        add_values_block(isa, &p, lanes, vb, hd, hd, &mut st.acc);
+    };
+    let mut b = blocks.start;
+    while b < blocks.end {
+        // Scores do not depend on the softmax's state: two blocks' at once where the
+        // registers allow.
+        if let Some([pa, pb]) = (b + 1 < blocks.end)
+            .then(|| {
+                scores_pair(
+                    isa,
+                    qs,
+                    cache.block(b, g, kv_heads, hd).0,
+                    cache.block(b + 1, g, kv_heads, hd).0,
+                    hd,
+                )
+            })
+            .flatten()
+        {
+            finish(b, pa);
+            finish(b + 1, pb);
+            b += 2;
+        } else {
+            finish(
+                b,
+                scores_block(isa, qs, cache.block(b, g, kv_heads, hd).0, hd),
+            );
+            b += 1;
+        }
     }
 }
 
@@ -642,12 +769,21 @@ fn chunk_state(
 /// changes nothing. The block's maximum and sum are taken as a fixed tree over the sixteen
 /// lanes (vectorizable, the same order on every CPU).
 fn softmax_step(
+    isa: Blocks,
     s: &mut [f32; KEY_BLOCK],
     valid: Range<usize>,
     m: &mut f32,
     l: &mut f32,
     acc: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Blocks::Avx512 {
+        // SAFETY: `Avx512` is chosen only where `Isa::Avx512Vnni` runs, which has AVX-512 F,
+        // VL and BW, FMA and F16C.
+        unsafe { crate::x86::attn_f16_512::softmax_step(s, valid, m, l, acc) };
+        return;
+    }
+    let _ = isa;
     if valid.is_empty() {
         s.fill(0.0);
         return;
@@ -689,15 +825,34 @@ fn lane_tree(x: [f32; KEY_BLOCK], op: impl Fn(f32, f32) -> f32) -> f32 {
     h[0]
 }
 
+/// Two blocks' [`scores_block`] at once, where the blocks have such code (else `None`).
+fn scores_pair(
+    isa: Blocks,
+    qs: &[f32],
+    kt_a: &[u16],
+    kt_b: &[u16],
+    hd: usize,
+) -> Option<[[[f32; KEY_BLOCK]; TILE]; 2]> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Blocks::Avx512 {
+        // SAFETY: `Avx512` is chosen only where `Isa::Avx512Vnni` runs, which has AVX-512 F,
+        // VL and BW, FMA and F16C.
+        return Some(unsafe { crate::x86::attn_f16_512::scores_pair(qs, kt_a, kt_b, hd) });
+    }
+    let _ = (isa, qs, kt_a, kt_b, hd);
+    None
+}
+
 /// [`crate::x86::attn_f16::scores`] on any CPU: the same fused multiply-adds in the same
 /// order.
-fn scores_block(simd: bool, qs: &[f32], kt: &[u16], hd: usize) -> [[f32; KEY_BLOCK]; TILE] {
+fn scores_block(isa: Blocks, qs: &[f32], kt: &[u16], hd: usize) -> [[f32; KEY_BLOCK]; TILE] {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is set only when this CPU has AVX2, FMA and F16C (`simd_available`).
+    if isa != Blocks::Scalar {
+        // SAFETY: the SIMD blocks are chosen only where `Isa::Avx2` or better runs, which
+        // has AVX2, FMA and F16C.
         return unsafe { crate::x86::attn_f16::scores(qs, kt, hd) };
     }
-    let _ = simd;
+    let _ = isa;
     let mut acc = [[0f32; KEY_BLOCK]; TILE];
     for d in 0..hd {
         for l in 0..KEY_BLOCK {
@@ -713,7 +868,7 @@ fn scores_block(simd: bool, qs: &[f32], kt: &[u16], hd: usize) -> [[f32; KEY_BLO
 /// [`crate::x86::attn_f16::add_weighted_values`] on any CPU: the same fused multiply-adds in
 /// the same order.
 fn add_values_block(
-    simd: bool,
+    isa: Blocks,
     probs: &[[f32; KEY_BLOCK]; TILE],
     lanes: Range<usize>,
     v: &[u16],
@@ -722,12 +877,17 @@ fn add_values_block(
     acc: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if simd && hd.is_multiple_of(16) {
-        // SAFETY: `simd` is set only when this CPU has AVX2, FMA and F16C (`simd_available`).
-        unsafe { crate::x86::attn_f16::add_weighted_values(probs, lanes, v, stride, hd, acc) };
-        return;
+    {
+        use crate::x86::attn_f16;
+        // (`Avx512` adds the values of heads of 32 or more dimensions in `softmax_values`.)
+        if isa != Blocks::Scalar && hd.is_multiple_of(16) {
+            // SAFETY: the SIMD blocks are chosen only where `Isa::Avx2` or better runs,
+            // which has AVX2, FMA and F16C.
+            unsafe { attn_f16::add_weighted_values(probs, lanes, v, stride, hd, acc) };
+            return;
+        }
     }
-    let _ = simd;
+    let _ = isa;
     for l in lanes {
         let vr = &v[l * stride..l * stride + hd];
         for r in 0..TILE {
@@ -899,7 +1059,15 @@ mod tests {
             (4, 4, 16, None),
             (6, 2, 8, Some(24)),
         ];
-        let simd_here = simd_available();
+        let here = Blocks::best();
+        let all: Vec<Blocks> = [Blocks::Scalar, Blocks::Avx2, Blocks::Avx512]
+            .into_iter()
+            .filter(|b| match b {
+                Blocks::Scalar => true,
+                Blocks::Avx2 => here != Blocks::Scalar,
+                Blocks::Avx512 => here == Blocks::Avx512,
+            })
+            .collect();
         for (ci, &(heads, kv_heads, hd, window)) in cases.iter().enumerate() {
             let shape = AttnShape {
                 heads,
@@ -952,7 +1120,7 @@ mod tests {
             let q = noise(99 + ci as u64, start * qd);
             let want = exact(&shape, &q, &seqs, &keys, &values, window);
             let mut scalar = vec![0f32; start * qd];
-            attention_with(false, 1, &shape, &q, &seqs, window, &mut scalar);
+            attention_with(Blocks::Scalar, 1, &shape, &q, &seqs, window, &mut scalar);
             let worst = scalar
                 .iter()
                 .zip(&want)
@@ -960,10 +1128,10 @@ mod tests {
                 .fold(0.0, f64::max);
             assert!(worst < 2e-5, "case {ci}: {worst} from exact attention");
             for threads in [1, 2, 3, 16] {
-                for simd in [false, simd_here] {
+                for &isa in &all {
                     let mut o = vec![1f32; start * qd];
-                    attention_with(simd, threads, &shape, &q, &seqs, window, &mut o);
-                    assert!(o == scalar, "case {ci}: {threads} threads, simd {simd}");
+                    attention_with(isa, threads, &shape, &q, &seqs, window, &mut o);
+                    assert!(o == scalar, "case {ci}: {threads} threads, {isa:?}");
                 }
             }
             // Each sequence alone gives its rows of the batch; so does each of its rows fed
@@ -976,7 +1144,7 @@ mod tests {
                     rows: 0..s.rows.len(),
                 }];
                 let mut o = vec![0f32; qs.len()];
-                attention_with(simd_here, 2, &shape, qs, &alone, window, &mut o);
+                attention_with(here, 2, &shape, qs, &alone, window, &mut o);
                 assert!(
                     o == scalar[s.rows.start * qd..s.rows.end * qd],
                     "case {ci}: a sequence alone differs from its rows in the batch"
@@ -989,7 +1157,7 @@ mod tests {
                     }];
                     let mut o = vec![0f32; qd];
                     attention_with(
-                        simd_here,
+                        here,
                         2,
                         &shape,
                         &qs[t * qd..(t + 1) * qd],

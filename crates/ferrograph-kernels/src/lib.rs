@@ -1038,12 +1038,23 @@ const QUANTIZE_PARALLEL_MIN: usize = 1 << 14;
 /// Quantizes the blocks of `x` into `q`, their scales `d` and scaled sums `s`: with AVX2
 /// where the CPU has it ([`x86::quant`], the same bits), else [`quantize_blocks_scalar`].
 fn quantize_blocks(x: &[f32], out: QBlocksMut<'_>) {
+    quantize_blocks_with(detected_isa(), x, out)
+}
+
+/// [`quantize_blocks`] with `isa`'s code (AVX-512 for [`Isa::Avx512Vnni`]); any gives the same
+/// bits.
+fn quantize_blocks_with(isa: Isa, x: &[f32], out: QBlocksMut<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if detected_isa() != Isa::Scalar {
-        // SAFETY: every SIMD `Isa` includes AVX2 and FMA, and `detected_isa` picks only one
-        // this CPU has.
-        return unsafe { x86::quant::quantize_blocks(x, out) };
+    match isa {
+        _ if !isa_available(isa) => {}
+        Isa::Scalar => {}
+        // SAFETY: `Avx512Vnni` is available (checked): it includes AVX-512 F, VL and BW,
+        // AVX2 and FMA.
+        Isa::Avx512Vnni => return unsafe { x86::quant512::quantize_blocks(x, out) },
+        // SAFETY: every other SIMD `Isa` includes AVX2 and FMA, and this one is available.
+        _ => return unsafe { x86::quant::quantize_blocks(x, out) },
     }
+    let _ = isa;
     quantize_blocks_scalar(x, out)
 }
 
@@ -1464,13 +1475,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The SIMD quantizer's bits against the scalar reference's.
+    /// Every SIMD quantizer's bits against the scalar reference's.
     fn same_quantization(x: &[f32]) {
+        for isa in Isa::ALL.into_iter().filter(|&i| isa_available(i)) {
+            same_quantization_with(isa, x);
+        }
+    }
+
+    /// `isa`'s quantizer's bits against the scalar reference's.
+    fn same_quantization_with(isa: Isa, x: &[f32]) {
         let n = x.len() / QK;
         let (mut q1, mut d1, mut s1) = (vec![0i8; n * QK], vec![0f32; n], vec![0f32; n]);
         let (mut q2, mut d2, mut s2) = (q1.clone(), d1.clone(), s1.clone());
         let (mut n1, mut n2) = (vec![0i32; n], vec![0i32; n]);
-        quantize_blocks(
+        quantize_blocks_with(
+            isa,
             x,
             QBlocksMut {
                 q: &mut q1,
@@ -1515,9 +1534,11 @@ mod tests {
         #[test]
         fn simd_quantization_gives_the_scalar_bits(
             x in proptest::collection::vec(-1e4f32..1e4, 32 * 9),
+            more in 0usize..40,
             scale in prop_oneof![Just(1.0f32), Just(1e-30), Just(1e-3), Just(3e4)],
         ) {
-            let x: Vec<f32> = x.iter().map(|v| v * scale).collect();
+            // 9 to 48 blocks: whole and partial passes of the 16-block AVX-512 quantizer.
+            let x: Vec<f32> = x.iter().cycle().take(32 * (9 + more)).map(|v| v * scale).collect();
             same_quantization(&x);
         }
     }

@@ -1116,6 +1116,299 @@ pub(crate) mod attn_f16 {
     }
 }
 
+/// The attention blocks of [`attn_f16`] sixteen lanes to a register, with AVX-512: each lane
+/// performs the same operations in the same order as there (and as the scalar blocks), so the
+/// results are the same bits. Two key blocks' scores are summed at once (eight chains of
+/// multiply-adds, as the 256-bit version has for one), the online-softmax step of a row runs
+/// in one register, and the weighted values use four registers per row.
+pub(crate) mod attn_f16_512 {
+    // Index loops address the tile's rows in several arrays at once.
+    #![allow(clippy::needless_range_loop)]
+
+    use crate::attention::KEY_BLOCK;
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// Sixteen f16 values at `p`, widened to `f32`.
+    ///
+    /// # Safety
+    /// AVX-512F and `p..p + 16` readable.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    #[inline]
+    unsafe fn load16(p: *const u16) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+
+    /// [`super::attn_f16::scores`] of two key blocks at once (`kt_a`, `kt_b`).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, VL and BW, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    pub(crate) unsafe fn scores_pair(
+        qs: &[f32],
+        kt_a: &[u16],
+        kt_b: &[u16],
+        hd: usize,
+    ) -> [[[f32; KEY_BLOCK]; 4]; 2] {
+        assert!(qs.len() >= 4 * hd && kt_a.len() >= 16 * hd && kt_b.len() >= 16 * hd);
+        let mut out = [[[0f32; KEY_BLOCK]; 4]; 2];
+        // SAFETY: the features are present (the caller's contract); the assert above bounds
+        // every read: `d < hd`, so `16 * d + 16 <= kt.len()` and `r * hd + d < 4 * hd`.
+        unsafe {
+            let (mut a, mut b) = ([_mm512_setzero_ps(); 4], [_mm512_setzero_ps(); 4]);
+            for d in 0..hd {
+                let ka = load16(kt_a.as_ptr().add(16 * d));
+                let kb = load16(kt_b.as_ptr().add(16 * d));
+                for r in 0..4 {
+                    let q = _mm512_set1_ps(*qs.get_unchecked(r * hd + d));
+                    a[r] = _mm512_fmadd_ps(q, ka, a[r]);
+                    b[r] = _mm512_fmadd_ps(q, kb, b[r]);
+                }
+            }
+            for r in 0..4 {
+                _mm512_storeu_ps(out[0][r].as_mut_ptr(), a[r]);
+                _mm512_storeu_ps(out[1][r].as_mut_ptr(), b[r]);
+            }
+        }
+        out
+    }
+
+    /// `crate::ops::exp_approx` on sixteen lanes: the same operations (no fused ones).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    #[inline]
+    fn exp16(x: __m512) -> __m512 {
+        const SHIFT: f32 = 12_582_912.0;
+        const LN2_HI: f32 = 0.693_359_4;
+        const LN2_LO: f32 = -2.121_944_4e-4;
+        let c = _mm512_set1_ps;
+        // `clamp`: NaN stays NaN (`max`/`min` return their second operand for NaN).
+        let x = _mm512_min_ps(c(88.0), _mm512_max_ps(c(-87.0), x));
+        let shifted = _mm512_add_ps(_mm512_mul_ps(x, c(std::f32::consts::LOG2_E)), c(SHIFT));
+        let n = _mm512_sub_ps(shifted, c(SHIFT));
+        let r = _mm512_sub_ps(
+            _mm512_sub_ps(x, _mm512_mul_ps(n, c(LN2_HI))),
+            _mm512_mul_ps(n, c(LN2_LO)),
+        );
+        let step = |k: f32, inner: __m512| _mm512_add_ps(c(k), _mm512_mul_ps(r, inner));
+        // From the innermost: `1/120 + r * (1/720)`.
+        let p = step(1.0 / 120.0, c(1.0 / 720.0));
+        let p = step(1.0 / 24.0, p);
+        let p = step(1.0 / 6.0, p);
+        let p = step(0.5, p);
+        let p = step(1.0, p);
+        let p = step(1.0, p);
+        let two_n = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_sub_epi32(
+                _mm512_castps_si512(shifted),
+                _mm512_set1_epi32(SHIFT.to_bits() as i32),
+            ),
+            _mm512_set1_epi32(127),
+        ));
+        _mm512_mul_ps(p, _mm512_castsi512_ps(two_n))
+    }
+
+    /// `f32::max` on each lane: a NaN in either gives the other.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    #[inline]
+    fn max_num(a: __m256, b: __m256) -> __m256 {
+        // `maxps` gives its second operand when either is NaN; a NaN second operand is then
+        // replaced by the first.
+        let m = _mm256_max_ps(a, b);
+        _mm256_mask_mov_ps(m, _mm256_cmp_ps_mask::<_CMP_UNORD_Q>(b, b), a)
+    }
+
+    /// The largest of sixteen lanes as `attention::lane_tree` takes it: lane `i` with lane
+    /// `i + 8`, then `i + 4`, `i + 2`, `i + 1`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    #[inline]
+    fn tree_max(x: __m512) -> f32 {
+        let h = max_num(
+            _mm512_castps512_ps256(x),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))),
+        );
+        let h = max_num(h, _mm256_permute2f128_ps::<0x01>(h, h));
+        let h = max_num(h, _mm256_permute_ps::<0b01_00_11_10>(h));
+        let h = max_num(h, _mm256_permute_ps::<0b10_11_00_01>(h));
+        _mm256_cvtss_f32(h)
+    }
+
+    /// The sum of sixteen lanes as `attention::lane_tree` takes it.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    #[inline]
+    fn tree_sum(x: __m512) -> f32 {
+        let h = _mm256_add_ps(
+            _mm512_castps512_ps256(x),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))),
+        );
+        let h = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h));
+        _mm_cvtss_f32(h)
+    }
+
+    /// `attention::softmax_step` with the block in one register: the same operations on
+    /// every lane, the same trees, the same bits.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, VL and BW, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    pub(crate) unsafe fn softmax_step(
+        s: &mut [f32; KEY_BLOCK],
+        valid: Range<usize>,
+        m: &mut f32,
+        l: &mut f32,
+        acc: &mut [f32],
+    ) {
+        if valid.is_empty() || valid.end > KEY_BLOCK {
+            s.fill(0.0);
+            return;
+        }
+        let mask = (((1u32 << valid.end) - 1) & !((1u32 << valid.start) - 1)) as __mmask16;
+        // SAFETY: `s` holds sixteen floats; the features are the caller's contract.
+        unsafe {
+            let x = _mm512_mask_mov_ps(
+                _mm512_set1_ps(f32::NEG_INFINITY),
+                mask,
+                _mm512_loadu_ps(s.as_ptr()),
+            );
+            let m_new = m.max(tree_max(x));
+            let f = if *m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                crate::ops::exp_approx(*m - m_new)
+            };
+            let p = _mm512_maskz_mov_ps(mask, exp16(_mm512_sub_ps(x, _mm512_set1_ps(m_new))));
+            _mm512_storeu_ps(s.as_mut_ptr(), p);
+            *l = *l * f + tree_sum(p);
+            if f != 1.0 {
+                let fv = _mm512_set1_ps(f);
+                let mut chunks = acc.chunks_exact_mut(16);
+                for c in &mut chunks {
+                    _mm512_storeu_ps(
+                        c.as_mut_ptr(),
+                        _mm512_mul_ps(_mm512_loadu_ps(c.as_ptr()), fv),
+                    );
+                }
+                chunks.into_remainder().iter_mut().for_each(|a| *a *= f);
+            }
+            *m = m_new;
+        }
+    }
+
+    /// One key block for a tile of four rows: each row's `attention::softmax_step` (its
+    /// scores `p[r]` become probabilities, zero outside `valid[r]`), then
+    /// `attention::add_values_block` over `lanes`, with each row's rescaling of its outputs
+    /// applied as they are loaded. The same operations on each value as there (a rescale by
+    /// 1 leaves a value as it is), so the same bits; the four rows' steps are independent
+    /// chains, interleaved.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, VL and BW, FMA and F16C.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+    pub(crate) unsafe fn softmax_values<const W: usize>(
+        p: &mut [[f32; KEY_BLOCK]; 4],
+        valid: &[Range<usize>; 4],
+        m: &mut [f32; 4],
+        l: &mut [f32; 4],
+        lanes: Range<usize>,
+        v: &[u16],
+        stride: usize,
+        hd: usize,
+        acc: &mut [f32],
+    ) {
+        assert!(hd.is_multiple_of(16 * W) && acc.len() >= 4 * hd && lanes.end <= KEY_BLOCK);
+        assert!(lanes.is_empty() || (lanes.end - 1) * stride + hd <= v.len());
+        // The four rows' steps side by side: their maxima, then the rescaling factors in one
+        // register (lanes 0..4), then their probabilities and normalizers.
+        let mut live = [false; 4];
+        let mut masks = [0 as __mmask16; 4];
+        let mut x = [_mm512_setzero_ps(); 4];
+        let mut m_new = [0f32; 16];
+        let mut m_old = [0f32; 16];
+        for r in 0..4 {
+            let valid = valid[r].clone();
+            live[r] = !valid.is_empty() && valid.end <= KEY_BLOCK;
+            if !live[r] {
+                continue;
+            }
+            masks[r] = (((1u32 << valid.end) - 1) & !((1u32 << valid.start) - 1)) as __mmask16;
+            // SAFETY: `p[r]` holds sixteen floats; the features are the caller's contract.
+            x[r] = unsafe {
+                _mm512_mask_mov_ps(
+                    _mm512_set1_ps(f32::NEG_INFINITY),
+                    masks[r],
+                    _mm512_loadu_ps(p[r].as_ptr()),
+                )
+            };
+            m_new[r] = m[r].max(tree_max(x[r]));
+            m_old[r] = m[r];
+        }
+        let mut f = [1f32; 16];
+        // SAFETY: the arrays hold sixteen floats.
+        unsafe {
+            let (mo, mn) = (
+                _mm512_loadu_ps(m_old.as_ptr()),
+                _mm512_loadu_ps(m_new.as_ptr()),
+            );
+            // `exp_approx(m - m_new)`, or 0 where no key was seen yet (`m` is -inf).
+            let seen = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(mo, _mm512_set1_ps(f32::NEG_INFINITY));
+            _mm512_storeu_ps(
+                f.as_mut_ptr(),
+                _mm512_maskz_mov_ps(seen, exp16(_mm512_sub_ps(mo, mn))),
+            );
+        }
+        for r in 0..4 {
+            if !live[r] {
+                p[r] = [0.0; KEY_BLOCK];
+                f[r] = 1.0;
+                continue;
+            }
+            let e = _mm512_maskz_mov_ps(
+                masks[r],
+                exp16(_mm512_sub_ps(x[r], _mm512_set1_ps(m_new[r]))),
+            );
+            // SAFETY: `p[r]` holds sixteen floats.
+            unsafe { _mm512_storeu_ps(p[r].as_mut_ptr(), e) };
+            l[r] = l[r] * f[r] + tree_sum(e);
+            m[r] = m_new[r];
+        }
+        // SAFETY: the features are present (the caller's contract); the asserts above bound
+        // every access: value rows `l < lanes.end` end within `v`, `d0 + 16 * W <= hd`, and
+        // `r * hd + d0 + 16 * W <= 4 * hd <= acc.len()`.
+        unsafe {
+            for d0 in (0..hd).step_by(16 * W) {
+                let mut a = [[_mm512_setzero_ps(); W]; 4];
+                for r in 0..4 {
+                    let fr = _mm512_set1_ps(f[r]);
+                    for w in 0..W {
+                        let at = acc.as_ptr().add(r * hd + d0 + 16 * w);
+                        a[r][w] = _mm512_mul_ps(_mm512_loadu_ps(at), fr);
+                    }
+                }
+                for l in lanes.clone() {
+                    let mut vv = [_mm512_setzero_ps(); W];
+                    for w in 0..W {
+                        vv[w] = load16(v.as_ptr().add(l * stride + d0 + 16 * w));
+                    }
+                    for r in 0..4 {
+                        let pr = _mm512_set1_ps(*p.get_unchecked(r).get_unchecked(l));
+                        for w in 0..W {
+                            a[r][w] = _mm512_fmadd_ps(pr, vv[w], a[r][w]);
+                        }
+                    }
+                }
+                for r in 0..4 {
+                    for w in 0..W {
+                        _mm512_storeu_ps(acc.as_mut_ptr().add(r * hd + d0 + 16 * w), a[r][w]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Activation quantization ([`crate::QAct`]) with AVX2: the scalar `quantize_blocks`'s
 /// arithmetic eight lanes at a time, with the same result bit for bit (the largest magnitude,
 /// the scale and its inverse as there; `cvtps2dq` rounds to nearest even, as the scalar
@@ -1188,6 +1481,99 @@ pub(crate) mod quant {
                 *d.get_unchecked_mut(b) = scale;
                 *s.get_unchecked_mut(b) = scale * total as f32;
                 *sums.get_unchecked_mut(b) = total;
+            }
+        }
+    }
+}
+
+/// Activation quantization with AVX-512: [`quant`]'s bits, sixteen blocks at a time. A first
+/// pass takes each block's largest magnitude, the scales and their inverses are computed
+/// for the sixteen blocks in one register (the same divisions, each correctly rounded), and a
+/// second pass quantizes each block from L1 with one register per sixteen values.
+pub(crate) mod quant512 {
+    use crate::QK;
+    use std::arch::x86_64::*;
+
+    /// Blocks per pass.
+    const CHUNK: usize = 16;
+
+    /// The largest of sixteen lanes (none NaN).
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw")]
+    #[inline]
+    fn lanes_max(m: __m512) -> f32 {
+        let h = _mm256_max_ps(
+            _mm512_castps512_ps256(m),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(m))),
+        );
+        let h = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps::<1>(h, h)))
+    }
+
+    /// Quantizes the blocks of `x` into `out`: the bits of [`super::quant::quantize_blocks`].
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, VL and BW, AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw")]
+    pub(crate) unsafe fn quantize_blocks(x: &[f32], out: crate::QBlocksMut<'_>) {
+        let blocks = x.len() / QK;
+        let crate::QBlocksMut { q, d, s, sums } = out;
+        assert!(
+            q.len() >= blocks * QK
+                && d.len() >= blocks
+                && s.len() >= blocks
+                && sums.len() >= blocks
+        );
+        // SAFETY: the features are present (the caller's contract); the assert above bounds
+        // every read and write: block `b < blocks` reads `x[32b..32b + 32]` and writes
+        // `q[32b..32b + 32]`, `d[b]`, `s[b]`, `sums[b]`; the per-chunk arrays hold `CHUNK`.
+        unsafe {
+            let sign = _mm512_set1_ps(-0.0);
+            let inf = _mm512_set1_ps(f32::INFINITY);
+            for b0 in (0..blocks).step_by(CHUNK) {
+                let n = CHUNK.min(blocks - b0);
+                let lanes: __mmask16 = ((1u32 << n) - 1) as __mmask16;
+                let mut amax = [0f32; CHUNK];
+                for i in 0..n {
+                    let p = x.as_ptr().add(QK * (b0 + i));
+                    // `max(|v|, m)` keeps `m` where `|v|` is NaN, as `f32::max` does.
+                    let m = _mm512_max_ps(
+                        _mm512_andnot_ps(sign, _mm512_loadu_ps(p)),
+                        _mm512_setzero_ps(),
+                    );
+                    let m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(p.add(16))), m);
+                    amax[i] = lanes_max(m);
+                }
+                // `scale = amax / 127` and `crate::quant_inverse(scale)`, sixteen at once.
+                let scale = _mm512_div_ps(_mm512_loadu_ps(amax.as_ptr()), _mm512_set1_ps(127.0));
+                let id = _mm512_div_ps(_mm512_set1_ps(1.0), scale);
+                let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(scale, _mm512_setzero_ps())
+                    & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(_mm512_andnot_ps(sign, id), inf);
+                let mut ids = [0f32; CHUNK];
+                _mm512_storeu_ps(ids.as_mut_ptr(), _mm512_maskz_mov_ps(keep, id));
+                let mut totals = [0i32; CHUNK];
+                for i in 0..n {
+                    let p = x.as_ptr().add(QK * (b0 + i));
+                    let idv = _mm512_set1_ps(ids[i]);
+                    // NaN products (NaN or infinite inputs) become 0, as in the scalar version.
+                    let quant = |v: __m512| {
+                        let prod = _mm512_mul_ps(v, idv);
+                        _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(prod, prod), prod)
+                    };
+                    let (q0, q1) = (quant(_mm512_loadu_ps(p)), quant(_mm512_loadu_ps(p.add(16))));
+                    totals[i] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+                    let dst = q.as_mut_ptr().add(QK * (b0 + i));
+                    _mm_storeu_si128(dst.cast(), _mm512_cvtsepi32_epi8(q0));
+                    _mm_storeu_si128(dst.add(16).cast(), _mm512_cvtsepi32_epi8(q1));
+                }
+                let tv = _mm512_loadu_si512(totals.as_ptr().cast());
+                _mm512_mask_storeu_ps(d.as_mut_ptr().add(b0), lanes, scale);
+                _mm512_mask_storeu_ps(
+                    s.as_mut_ptr().add(b0),
+                    lanes,
+                    _mm512_mul_ps(scale, _mm512_cvtepi32_ps(tv)),
+                );
+                _mm512_mask_storeu_epi32(sums.as_mut_ptr().add(b0).cast(), lanes, tv);
             }
         }
     }
