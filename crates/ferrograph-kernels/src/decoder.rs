@@ -803,7 +803,8 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
             &act,
         );
         let gelu = cfg.family == Family::Gemma3;
-        pool.for_each_piece(&mut g, cfg.ffn, &|at, gate| {
+        // The gate times the up projection, quantized by the thread that computed its rows.
+        act.quantize_prepared_on(pool, &mut g, cfg.ffn, &|at, gate| {
             let up = &u[at..at + gate.len()];
             if gelu {
                 gate.iter_mut()
@@ -813,7 +814,6 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
                 gate.iter_mut().zip(up).for_each(|(a, b)| *a = silu(*a) * b);
             }
         });
-        act.quantize_on(pool, &g, cfg.ffn);
         kernels::matmul(&mut [(&layer.down, &mut o[..])], &act);
         if let Some(n) = &layer.post_ffn_norm {
             rms_norm_in_place(&mut o, n, cfg.eps);

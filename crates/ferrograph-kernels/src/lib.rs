@@ -978,6 +978,44 @@ impl QAct {
         });
     }
 
+    /// Applies `prepare` to each piece of rows of `x` (its offset in `x`, the rows) and
+    /// quantizes the piece, both on the thread of `pool` that holds it: [`QAct::quantize`] of
+    /// the prepared `x`, the same bits. An element-wise step (the feed-forward's gate) and
+    /// the quantization of its result then make one dispatch, and no thread reads rows
+    /// another just wrote. One row runs on the calling thread.
+    pub fn quantize_prepared_on(
+        &mut self,
+        pool: &pool::Pool,
+        x: &mut [f32],
+        cols: usize,
+        prepare: &(dyn Fn(usize, &mut [f32]) + Sync),
+    ) {
+        let rows = x.len().checked_div(cols).unwrap_or(0);
+        self.resize(x.len(), cols);
+        if pool.threads().min(rows) <= 1 {
+            prepare(0, x);
+            quantize_blocks(x, self.blocks_mut());
+            return;
+        }
+        let per_row = cols / QK;
+        let mut pieces = Vec::with_capacity(pool.threads());
+        let (mut rest_x, mut rest_b) = (x, self.blocks_mut());
+        for r in pool.split(rows) {
+            let (head_x, tail_x) = std::mem::take(&mut rest_x).split_at_mut(r.len() * cols);
+            let (head_b, tail_b) = rest_b.split_at(r.len() * per_row);
+            (rest_x, rest_b) = (tail_x, tail_b);
+            pieces.push(parking_lot::Mutex::new((r.start * cols, head_x, head_b)));
+        }
+        pool.run(&|tid| {
+            if let Some(piece) = pieces.get(tid) {
+                let mut piece = piece.lock();
+                let (offset, rows, blocks) = &mut *piece;
+                prepare(*offset, rows);
+                quantize_blocks(rows, blocks.reborrow());
+            }
+        });
+    }
+
     /// The quantized blocks, to write.
     fn blocks_mut(&mut self) -> QBlocksMut<'_> {
         QBlocksMut {

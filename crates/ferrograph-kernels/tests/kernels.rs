@@ -331,6 +331,37 @@ fn parallel_quantization_matches_the_serial_one() {
 }
 
 #[test]
+fn prepared_quantization_on_the_pool_matches_preparing_then_quantizing() {
+    // Each element becomes a function of its value and its offset in the whole buffer (a
+    // wrong offset or a piece prepared twice changes the bits).
+    let prepare = |at: usize, rows: &mut [f32]| {
+        for (i, v) in rows.iter_mut().enumerate() {
+            *v = *v * 1.5 + ((at + i) % 97) as f32 * 0.01;
+        }
+    };
+    for threads in [1, 2, 3] {
+        let pool = Pool::new(threads);
+        for (rows, cols) in [(1, 64), (2, 1536), (4, 1536), (5, 576), (9, 32)] {
+            let x: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 53 % 41) as f32 - 20.0) * 0.17)
+                .collect();
+            let mut want_x = x.clone();
+            prepare(0, &mut want_x);
+            let mut want = QAct::default();
+            want.quantize(&want_x, cols);
+            let (mut got_x, mut got) = (x.clone(), QAct::default());
+            got.quantize_prepared_on(&pool, &mut got_x, cols, &prepare);
+            let at = format!("{threads} threads, {rows} x {cols}");
+            assert!(got_x == want_x, "{at}: prepared values");
+            assert_eq!((got.rows, got.cols), (rows, cols), "{at}");
+            assert_eq!(got.q, want.q, "{at}");
+            assert_eq!(got.d, want.d, "{at}");
+            assert_eq!(got.s, want.s, "{at}");
+        }
+    }
+}
+
+#[test]
 fn pieces_cover_every_element_once_at_their_offsets() {
     for threads in [1, 2, 3] {
         let pool = Pool::new(threads);
