@@ -929,16 +929,14 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32], neox: bool) {
         for head in xr.chunks_exact_mut(hd) {
             if neox {
                 let (lo, hi) = head.split_at_mut(half);
-                for i in 0..half {
-                    let (a, b) = (lo[i], hi[i]);
-                    lo[i] = a * c[i] - b * s[i];
-                    hi[i] = a * s[i] + b * c[i];
+                for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(c).zip(s) {
+                    (*a, *b) = (*a * c - *b * s, *a * s + *b * c);
                 }
             } else {
-                for i in 0..half {
-                    let (a, b) = (head[2 * i], head[2 * i + 1]);
-                    head[2 * i] = a * c[i] - b * s[i];
-                    head[2 * i + 1] = a * s[i] + b * c[i];
+                for ((p, &c), &s) in head.chunks_exact_mut(2).zip(c).zip(s) {
+                    let (a, b) = (p[0], p[1]);
+                    p[0] = a * c - b * s;
+                    p[1] = a * s + b * c;
                 }
             }
         }

@@ -1037,6 +1037,28 @@ pub(crate) mod attn_f16 {
         }
     }
 
+    /// `crate::attention::to_f16` of the first multiple of eight elements of `src` into
+    /// `dst` (clamped to the finite half-float range, NaN kept, rounded to nearest even);
+    /// returns how many.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn to_f16(src: &[f32], dst: &mut [u16]) -> usize {
+        let n = src.len().min(dst.len()) / 8 * 8;
+        let (lo, hi) = (_mm256_set1_ps(-65_504.0), _mm256_set1_ps(65_504.0));
+        for i in (0..n).step_by(8) {
+            // SAFETY: `i + 8 <= n` elements of both; unaligned loads and stores.
+            unsafe {
+                // `maxps`/`minps` return their second operand for NaN: NaN stays NaN.
+                let x = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_loadu_ps(src.as_ptr().add(i))));
+                let h = _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x);
+                _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), h);
+            }
+        }
+        n
+    }
+
     /// Scores of four query rows (`qs`, four rows of `hd`) against one block of sixteen keys
     /// (`kt`: `hd` rows of sixteen f16 lanes): `out[r][l] = sum_d qs[r][d] * kt[d][l]`,
     /// summed in `d` order with fused multiply-adds.
