@@ -21,7 +21,7 @@
 //! gives the same cache whether it was prefilled in one pass or several. The AVX-512 blocks,
 //! the AVX2 ones and the scalar ones perform the same operations in the same order on every
 //! score and output (tested bit for bit); the AVX-512 ones only hold more of them per
-//! register (two key blocks' scores at once, a row's softmax step in one register).
+//! register (two key blocks' scores at once, a tile's softmax steps side by side).
 //!
 //! **Decode** (one row per sequence, a few hundred keys) is mostly fixed costs, so whole
 //! units (every key of their rows) write their normalized rows straight to the output, and
@@ -34,7 +34,6 @@ use crate::ops::exp_approx;
 use half::f16;
 use parking_lot::Mutex;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Key positions per block of the transposed key cache (and per block of scores).
 pub(crate) const KEY_BLOCK: usize = 16;
@@ -327,7 +326,7 @@ enum Blocks {
     /// [`crate::Isa`] has them.
     Avx2,
     /// AVX-512 where [`crate::Isa::Avx512Vnni`] runs ([`crate::x86::attn_f16_512`]): two key
-    /// blocks' scores at once, a row's softmax step in one register, wider value sums.
+    /// blocks' scores at once, a tile's softmax steps and value sums in registers.
     Avx512,
 }
 
@@ -438,15 +437,18 @@ fn attention_with(
     };
     let pool = crate::pool::global();
     if parallel && units.len() > 1 && pool.threads() > 1 {
-        // Units go to whichever thread is free (their cost varies with their keys).
-        let next = AtomicUsize::new(0);
-        pool.run(&|_| {
-            Scratch::with(hd, |scratch| loop {
-                let ui = next.fetch_add(1, Ordering::Relaxed);
-                if ui >= units.len() {
-                    break;
+        // Each thread first takes the units of the sequences the decoder gave it for their
+        // rotations and cache appends (`Pool::split` over the sequences), whose rows and keys
+        // are in its caches, then helps with the others' (units vary with their keys).
+        let claims = crate::PieceClaims::from_shares(pool.split(seqs.len()).map(|r| {
+            let at = |si: usize| units.partition_point(|u| u.seq < si);
+            at(r.start)..at(r.end)
+        }));
+        pool.run(&|tid| {
+            Scratch::with(hd, |scratch| {
+                for ui in claims.claimer(tid) {
+                    run_unit(ui, scratch);
                 }
-                run_unit(ui, scratch);
             });
         });
     } else {
@@ -753,7 +755,6 @@ fn chunk_state(
         }
         for (r, valid) in valid.into_iter().enumerate() {
             softmax_step(
-                isa,
                 &mut p[r],
                 valid,
                 &mut st.m[r],
@@ -798,21 +799,12 @@ fn chunk_state(
 /// changes nothing. The block's maximum and sum are taken as a fixed tree over the sixteen
 /// lanes (vectorizable, the same order on every CPU).
 fn softmax_step(
-    isa: Blocks,
     s: &mut [f32; KEY_BLOCK],
     valid: Range<usize>,
     m: &mut f32,
     l: &mut f32,
     acc: &mut [f32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Blocks::Avx512 {
-        // SAFETY: `Avx512` is chosen only where `Isa::Avx512Vnni` runs, which has AVX-512 F,
-        // VL and BW, FMA and F16C.
-        unsafe { crate::x86::attn_f16_512::softmax_step(s, valid, m, l, acc) };
-        return;
-    }
-    let _ = isa;
     if valid.is_empty() {
         s.fill(0.0);
         return;

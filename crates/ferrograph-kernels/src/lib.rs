@@ -1451,21 +1451,26 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
 /// line the other threads write, then claims what is left of the others' shares. With one
 /// shared counter, every claim moved that line between the cores: a few percent of a decode
 /// step on two threads.
-struct PieceClaims {
+pub(crate) struct PieceClaims {
     /// Per share: its end, and the next unclaimed piece.
     shares: Vec<(usize, crossbeam_utils::CachePadded<AtomicUsize>)>,
 }
 
 impl PieceClaims {
-    fn new(n: usize, threads: usize) -> PieceClaims {
+    /// `0..n` in `threads` shares of (nearly) equal length.
+    pub(crate) fn new(n: usize, threads: usize) -> PieceClaims {
         let threads = threads.max(1);
+        PieceClaims::from_shares((0..threads).map(|i| n * i / threads..n * (i + 1) / threads))
+    }
+
+    /// The given shares, one per thread, in order (each starting where the last ended).
+    pub(crate) fn from_shares(shares: impl Iterator<Item = std::ops::Range<usize>>) -> PieceClaims {
         PieceClaims {
-            shares: (0..threads)
-                .map(|i| {
-                    let (start, end) = (n * i / threads, n * (i + 1) / threads);
+            shares: shares
+                .map(|r| {
                     (
-                        end,
-                        crossbeam_utils::CachePadded::new(AtomicUsize::new(start)),
+                        r.end,
+                        crossbeam_utils::CachePadded::new(AtomicUsize::new(r.start)),
                     )
                 })
                 .collect(),
@@ -1473,7 +1478,7 @@ impl PieceClaims {
     }
 
     /// Thread `tid`'s claims: its own share first, then the next shares in turn.
-    fn claimer(&self, tid: usize) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn claimer(&self, tid: usize) -> impl Iterator<Item = usize> + '_ {
         let n = self.shares.len();
         (0..n).flat_map(move |k| {
             let (end, next) = &self.shares[(tid + k) % n];

@@ -90,7 +90,7 @@ impl Pool {
     /// The rate in GB/s at which this pool's threads read a buffer of `bytes` bytes (at least
     /// 64 MiB), each summing its share: the best of five passes. The buffer is read as the
     /// kernels read weights in decode (on huge pages where the system gives them, prefetched
-    /// [`crate::prefetch_distance`] ahead). A decode step reads every weight once, so a
+    /// `prefetch_distance` ahead). A decode step reads every weight once, so a
     /// model's weight bytes times its decode rate can approach this for a buffer of the same
     /// size, not pass it by much (a buffer that fits the CPU's caches reads faster, as the
     /// weights do).

@@ -1141,8 +1141,10 @@ pub(crate) mod attn_f16 {
 /// The attention blocks of [`attn_f16`] sixteen lanes to a register, with AVX-512: each lane
 /// performs the same operations in the same order as there (and as the scalar blocks), so the
 /// results are the same bits. Two key blocks' scores are summed at once (eight chains of
-/// multiply-adds, as the 256-bit version has for one), the online-softmax step of a row runs
-/// in one register, and the weighted values use four registers per row.
+/// multiply-adds, as the 256-bit version has for one); a block's online-softmax steps, a row
+/// per register and the four rows side by side, go with its weighted values in one call
+/// (heads of 32 dimensions or more; narrower ones use the 256-bit values and the portable
+/// softmax step).
 pub(crate) mod attn_f16_512 {
     // Index loops address the tile's rows in several arrays at once.
     #![allow(clippy::needless_range_loop)]
@@ -1267,55 +1269,6 @@ pub(crate) mod attn_f16_512 {
         let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
         let h = _mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h));
         _mm_cvtss_f32(h)
-    }
-
-    /// `attention::softmax_step` with the block in one register: the same operations on
-    /// every lane, the same trees, the same bits.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, VL and BW, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
-    pub(crate) unsafe fn softmax_step(
-        s: &mut [f32; KEY_BLOCK],
-        valid: Range<usize>,
-        m: &mut f32,
-        l: &mut f32,
-        acc: &mut [f32],
-    ) {
-        if valid.is_empty() || valid.end > KEY_BLOCK {
-            s.fill(0.0);
-            return;
-        }
-        let mask = (((1u32 << valid.end) - 1) & !((1u32 << valid.start) - 1)) as __mmask16;
-        // SAFETY: `s` holds sixteen floats; the features are the caller's contract.
-        unsafe {
-            let x = _mm512_mask_mov_ps(
-                _mm512_set1_ps(f32::NEG_INFINITY),
-                mask,
-                _mm512_loadu_ps(s.as_ptr()),
-            );
-            let m_new = m.max(tree_max(x));
-            let f = if *m == f32::NEG_INFINITY {
-                0.0
-            } else {
-                crate::ops::exp_approx(*m - m_new)
-            };
-            let p = _mm512_maskz_mov_ps(mask, exp16(_mm512_sub_ps(x, _mm512_set1_ps(m_new))));
-            _mm512_storeu_ps(s.as_mut_ptr(), p);
-            *l = *l * f + tree_sum(p);
-            if f != 1.0 {
-                let fv = _mm512_set1_ps(f);
-                let mut chunks = acc.chunks_exact_mut(16);
-                for c in &mut chunks {
-                    _mm512_storeu_ps(
-                        c.as_mut_ptr(),
-                        _mm512_mul_ps(_mm512_loadu_ps(c.as_ptr()), fv),
-                    );
-                }
-                chunks.into_remainder().iter_mut().for_each(|a| *a *= f);
-            }
-            *m = m_new;
-        }
     }
 
     /// One key block for a tile of four rows: each row's `attention::softmax_step` (its
