@@ -142,6 +142,10 @@ fn tool(name: &str) -> Result<PathBuf, LlmError> {
 fn ours_round(engine: &mut Engine, unit: &[u32], gen: usize) -> Result<Figures, LlmError> {
     let take = |n: usize| -> Vec<u32> { unit.iter().copied().cycle().take(n.max(1)).collect() };
     let mut f = Figures::default();
+    // One untimed pass first, as llama-bench runs a warm-up: the round starts right after
+    // llama.cpp's, with our weights out of the caches (the prefix cache is cleared before
+    // every pass, so nothing of it is reused).
+    engine.bench_forward(&take(PREFILL[0]), 0)?;
     for n in PREFILL {
         let (p, _, _) = engine.bench_forward(&take(n), 0)?;
         f.prefill.push(Point {
