@@ -10,7 +10,7 @@
 #   CURL, OpenSSL, the web UI, tests and examples. cmake comes from PyPI (a venv in
 #   .peers/cmake-venv), the sdist from PyPI (pip download), so a fresh machine with a C++
 #   compiler and PyPI needs nothing else.
-# - Idempotent: a stamp records the version and flags; re-running when nothing changed returns
+# - Idempotent: a stamp records the version, the flags and the CPU; re-running when nothing changed returns
 #   at once. FORCE=1 rebuilds. CMAKE_BUILD_PARALLEL_LEVEL sets the jobs (default: all cores).
 #   The build takes about 10 minutes on 2 cores.
 #
@@ -28,7 +28,11 @@ no_amx=""
 if [[ "$(uname -m)" == x86_64 ]]; then
     no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
-want="llama-cpp-python $version vendored llama.cpp; native, no AMX ($no_amx), openmp"
+# A native build is for this CPU: the stamp names it, so a .peers/ carried to another machine
+# is rebuilt.
+cpu="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | xargs || true)"
+flags_sum="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cksum | cut -d' ' -f1 || true)"
+want="llama-cpp-python $version vendored llama.cpp; native, no AMX ($no_amx), openmp; cpu ${cpu:-unknown} (flags $flags_sum)"
 if [[ "${FORCE:-0}" != 1 && -f "$stamp" && "$(cat "$stamp")" == "$want" \
       && -x "$out/bin/llama-bench" && -x "$out/bin/llama-server" ]]; then
     echo "setup-llama-cpp: $out is up to date" >&2
