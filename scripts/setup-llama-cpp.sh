@@ -11,8 +11,8 @@
 #   .peers/cmake-venv), the sdist from PyPI (pip download), so a fresh machine with a C++
 #   compiler and PyPI needs nothing else.
 # - Idempotent: a stamp records the version, the flags and the CPU; re-running when nothing
-#   changed returns at once. FORCE=1 rebuilds. CMAKE_BUILD_PARALLEL_LEVEL sets the jobs (default: all cores).
-#   The build takes about 10 minutes on 2 cores.
+#   changed returns at once. FORCE=1 rebuilds. CMAKE_BUILD_PARALLEL_LEVEL sets the jobs
+#   (default: all cores). The build takes about 10 minutes on 2 cores.
 #
 # Usage: scripts/setup-llama-cpp.sh
 set -euo pipefail
