@@ -1041,6 +1041,15 @@ pub(crate) struct QBlocksMut<'a> {
 }
 
 impl<'a> QBlocksMut<'a> {
+    /// Whether every array has room for `blocks` blocks (what the SIMD quantizers check
+    /// before writing through pointers).
+    pub(crate) fn holds(&self, blocks: usize) -> bool {
+        self.q.len() >= blocks * QK
+            && self.d.len() >= blocks
+            && self.s.len() >= blocks
+            && self.sums.len() >= blocks
+    }
+
     /// The first `n` blocks and the rest.
     fn split_at(self, n: usize) -> (QBlocksMut<'a>, QBlocksMut<'a>) {
         let (q, qt) = self.q.split_at_mut(n * QK);

@@ -1400,13 +1400,8 @@ pub(crate) mod quant {
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn quantize_blocks(x: &[f32], out: crate::QBlocksMut<'_>) {
         let blocks = x.len() / QK;
+        assert!(out.holds(blocks));
         let crate::QBlocksMut { q, d, s, sums } = out;
-        assert!(
-            q.len() >= blocks * QK
-                && d.len() >= blocks
-                && s.len() >= blocks
-                && sums.len() >= blocks
-        );
         // SAFETY: AVX2 and FMA are present (the caller's contract); the assert above bounds
         // every read and write: block `b < blocks` reads `x[32b..32b + 32]` and writes
         // `q[32b..32b + 32]`, `d[b]`, `s[b]`, `sums[b]`.
@@ -1492,13 +1487,8 @@ pub(crate) mod quant512 {
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw")]
     pub(crate) unsafe fn quantize_blocks(x: &[f32], out: crate::QBlocksMut<'_>) {
         let blocks = x.len() / QK;
+        assert!(out.holds(blocks));
         let crate::QBlocksMut { q, d, s, sums } = out;
-        assert!(
-            q.len() >= blocks * QK
-                && d.len() >= blocks
-                && s.len() >= blocks
-                && sums.len() >= blocks
-        );
         // SAFETY: the features are present (the caller's contract); the assert above bounds
         // every read and write: block `b < blocks` reads `x[32b..32b + 32]` and writes
         // `q[32b..32b + 32]`, `d[b]`, `s[b]`, `sums[b]`; the per-chunk arrays hold `CHUNK`.
