@@ -50,7 +50,7 @@ const ATTN_ROWS: usize = 32;
 const ATTN_PARALLEL_MIN: usize = 1 << 16;
 /// The largest finite half float: larger keys and values are stored as it (not as infinity,
 /// which would turn a zero probability times the value into NaN).
-const F16_MAX: f32 = 65_504.0;
+pub(crate) const F16_MAX: f32 = 65_504.0;
 
 /// `x` as the bits of the nearest half float, saturated to the finite range.
 fn to_f16(x: f32) -> u16 {
@@ -288,6 +288,19 @@ struct Unit {
 }
 
 impl Unit {
+    /// Query row `fr` of this unit (token by token, the query heads of `g` within each): its
+    /// token among the sequence's new rows, and where its head starts in the stacked queries
+    /// and outputs.
+    fn row_at(&self, fr: usize, s: &AttnSeq<'_>, shape: &AttnShape) -> (usize, usize) {
+        let group = shape.group();
+        let t = self.r0 + fr / group;
+        let h = self.g * group + fr % group;
+        (
+            t,
+            (s.rows.start + t) * shape.heads * shape.hd + h * shape.hd,
+        )
+    }
+
     /// States kept per query row.
     fn states(&self) -> usize {
         if self.first {
@@ -360,7 +373,6 @@ fn attention_with(
     out: &mut [f32],
 ) {
     let (hd, group) = (shape.hd, shape.group());
-    let qd = shape.heads * hd;
     // Base units: (sequence, key/value head, block of tokens), with the chunks their rows see.
     let mut base: Vec<Unit> = Vec::new();
     let mut pairs = 0usize;
@@ -411,17 +423,14 @@ fn attention_with(
     // Units that are whole (no row's keys split over units) write their rows' outputs
     // straight to `out`; split ones keep their states for the fold below.
     let whole = pieces == 1;
-    let results: Vec<Mutex<Vec<f32>>> = units
-        .iter()
-        .map(|u| {
-            let n = if whole {
-                0
-            } else {
-                u.tokens * group * u.states() * state_len(hd)
-            };
-            Mutex::new(vec![0f32; n])
-        })
-        .collect();
+    let results: Vec<Mutex<Vec<f32>>> = if whole {
+        Vec::new()
+    } else {
+        units
+            .iter()
+            .map(|u| Mutex::new(vec![0f32; u.tokens * group * u.states() * state_len(hd)]))
+            .collect()
+    };
     let out_rows = OutRows {
         ptr: out.as_mut_ptr(),
         len: out.len(),
@@ -487,18 +496,18 @@ fn attention_with(
                     );
                 }
             }
-            let (t, e) = (u.r0 + fr / group, fr % group);
-            let h = u.g * group + e;
-            let row = s.rows.start + t;
-            let inv = 1.0 / l;
-            for (o, a) in out[row * qd + h * hd..row * qd + (h + 1) * hd]
-                .iter_mut()
-                .zip(&acc)
-            {
-                *o = a * inv;
-            }
+            let (_, at) = u.row_at(fr, s, shape);
+            normalize(&acc, l, &mut out[at..at + hd]);
         }
         ui = end;
+    }
+}
+
+/// A row's output: its weighted values over its normalizer.
+fn normalize(acc: &[f32], l: f32, out: &mut [f32]) {
+    let inv = 1.0 / l;
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = a * inv;
     }
 }
 
@@ -633,7 +642,6 @@ fn unit_states(
     mut to: Dest<'_>,
 ) {
     let (hd, group) = (shape.hd, shape.group());
-    let qd = shape.heads * hd;
     let sl = state_len(hd);
     let rows = u.tokens * group;
     let k = u.states();
@@ -642,14 +650,11 @@ fn unit_states(
         let mut span: [Range<usize>; TILE] = std::array::from_fn(|_| 0..0);
         scratch.q.fill(0.0);
         for r in 0..TILE.min(rows - f0) {
-            let fr = f0 + r;
-            let (t, e) = (u.r0 + fr / group, fr % group);
-            let h = u.g * group + e;
-            let row = s.rows.start + t;
+            let (t, at) = u.row_at(f0 + r, s, shape);
             // Scaled here rather than per score.
             for (a, b) in scratch.q[r * hd..(r + 1) * hd]
                 .iter_mut()
-                .zip(&q[row * qd + h * hd..][..hd])
+                .zip(&q[at..at + hd])
             {
                 *a = b * shape.scale;
             }
@@ -694,18 +699,14 @@ fn unit_states(
                         scratch.fold.save(r, hd, &mut dst[at..at + sl]);
                     }
                     Dest::Out(out) => {
-                        let fr = f0 + r;
-                        let (t, e) = (u.r0 + fr / group, fr % group);
-                        let at = (s.rows.start + t) * qd + (u.g * group + e) * hd;
+                        let (_, at) = u.row_at(f0 + r, s, shape);
                         assert!(at + hd <= out.len);
-                        let inv = 1.0 / scratch.fold.l[r];
+                        // SAFETY: in bounds (asserted); this unit alone writes the heads of
+                        // its key/value head `u.g` in its rows, and nothing else reads or
+                        // writes the output during the pass.
+                        let row = unsafe { std::slice::from_raw_parts_mut(out.ptr.add(at), hd) };
                         let acc = &scratch.fold.acc[r * hd..(r + 1) * hd];
-                        for (d, a) in acc.iter().enumerate() {
-                            // SAFETY: in bounds (asserted); this unit alone writes the heads
-                            // of its key/value head `u.g` in its rows, and nothing reads the
-                            // output during the pass.
-                            unsafe { *out.ptr.add(at + d) = a * inv };
-                        }
+                        normalize(acc, scratch.fold.l[r], row);
                     }
                 }
             }

@@ -1046,7 +1046,8 @@ pub(crate) mod attn_f16 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn to_f16(src: &[f32], dst: &mut [u16]) -> usize {
         let n = src.len().min(dst.len()) / 8 * 8;
-        let (lo, hi) = (_mm256_set1_ps(-65_504.0), _mm256_set1_ps(65_504.0));
+        let max = crate::attention::F16_MAX;
+        let (lo, hi) = (_mm256_set1_ps(-max), _mm256_set1_ps(max));
         for i in (0..n).step_by(8) {
             // SAFETY: `i + 8 <= n` elements of both; unaligned loads and stores.
             unsafe {
@@ -1136,6 +1137,21 @@ pub(crate) mod attn_f16 {
             }
         }
     }
+}
+
+/// `op` over sixteen lanes as a fixed tree: lane `i` with lane `i + 8`, then `i + 4`, `i + 2`,
+/// `i + 1` (the order of `attention::lane_tree`); lane 0 of the result.
+#[target_feature(enable = "avx2,avx512f")]
+#[inline]
+fn tree16(x: __m512, op: impl Fn(__m256, __m256) -> __m256) -> f32 {
+    let h = op(
+        _mm512_castps512_ps256(x),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))),
+    );
+    let h = op(h, _mm256_permute2f128_ps::<0x01>(h, h));
+    let h = op(h, _mm256_permute_ps::<0b01_00_11_10>(h));
+    let h = op(h, _mm256_permute_ps::<0b10_11_00_01>(h));
+    _mm256_cvtss_f32(h)
 }
 
 /// The attention blocks of [`attn_f16`] sixteen lanes to a register, with AVX-512: each lane
@@ -1242,33 +1258,18 @@ pub(crate) mod attn_f16_512 {
         _mm256_mask_mov_ps(m, _mm256_cmp_ps_mask::<_CMP_UNORD_Q>(b, b), a)
     }
 
-    /// The largest of sixteen lanes as `attention::lane_tree` takes it: lane `i` with lane
-    /// `i + 8`, then `i + 4`, `i + 2`, `i + 1`.
+    /// The largest of sixteen lanes as `attention::lane_tree` takes it.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
     #[inline]
     fn tree_max(x: __m512) -> f32 {
-        let h = max_num(
-            _mm512_castps512_ps256(x),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))),
-        );
-        let h = max_num(h, _mm256_permute2f128_ps::<0x01>(h, h));
-        let h = max_num(h, _mm256_permute_ps::<0b01_00_11_10>(h));
-        let h = max_num(h, _mm256_permute_ps::<0b10_11_00_01>(h));
-        _mm256_cvtss_f32(h)
+        super::tree16(x, |a, b| max_num(a, b))
     }
 
     /// The sum of sixteen lanes as `attention::lane_tree` takes it.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
     #[inline]
     fn tree_sum(x: __m512) -> f32 {
-        let h = _mm256_add_ps(
-            _mm512_castps512_ps256(x),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))),
-        );
-        let h = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        let h = _mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h));
-        _mm_cvtss_f32(h)
+        super::tree16(x, |a, b| _mm256_add_ps(a, b))
     }
 
     /// One key block for a tile of four rows: each row's `attention::softmax_step` (its
@@ -1301,7 +1302,6 @@ pub(crate) mod attn_f16_512 {
         let mut masks = [0 as __mmask16; 4];
         let mut x = [_mm512_setzero_ps(); 4];
         let mut m_new = [0f32; 16];
-        let mut m_old = [0f32; 16];
         for r in 0..4 {
             let valid = valid[r].clone();
             live[r] = !valid.is_empty() && valid.end <= KEY_BLOCK;
@@ -1318,13 +1318,12 @@ pub(crate) mod attn_f16_512 {
                 )
             };
             m_new[r] = m[r].max(tree_max(x[r]));
-            m_old[r] = m[r];
         }
         let mut f = [1f32; 16];
-        // SAFETY: the arrays hold sixteen floats.
+        // SAFETY: `m_new` and `f` hold sixteen floats, `m` four (a masked load of lanes 0..4).
         unsafe {
             let (mo, mn) = (
-                _mm512_loadu_ps(m_old.as_ptr()),
+                _mm512_maskz_loadu_ps(0x000f, m.as_ptr()),
                 _mm512_loadu_ps(m_new.as_ptr()),
             );
             // `exp_approx(m - m_new)`, or 0 where no key was seen yet (`m` is -inf).
@@ -1471,13 +1470,7 @@ pub(crate) mod quant512 {
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw")]
     #[inline]
     fn lanes_max(m: __m512) -> f32 {
-        let h = _mm256_max_ps(
-            _mm512_castps512_ps256(m),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(m))),
-        );
-        let h = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps::<1>(h, h)))
+        super::tree16(m, |a, b| _mm256_max_ps(a, b))
     }
 
     /// Quantizes the blocks of `x` into `out`: the bits of [`super::quant::quantize_blocks`].
