@@ -957,18 +957,10 @@ impl QAct {
             return self.quantize(x, cols);
         }
         self.resize(x.len(), cols);
-        // The pool's row ranges; each thread writes only its own blocks.
-        let per_row = cols / QK;
-        let mut pieces = Vec::with_capacity(pool.threads());
-        let mut rest = self.blocks_mut();
-        for r in pool.split(rows) {
-            let (head, tail) = rest.split_at(r.len() * per_row);
-            rest = tail;
-            pieces.push(parking_lot::Mutex::new((
-                r.start * cols..r.end * cols,
-                head,
-            )));
-        }
+        let pieces: Vec<_> = self
+            .row_pieces(pool, rows, cols)
+            .map(|(r, blocks)| parking_lot::Mutex::new((r.start * cols..r.end * cols, blocks)))
+            .collect();
         pool.run(&|tid| {
             if let Some(piece) = pieces.get(tid) {
                 let mut piece = piece.lock();
@@ -997,15 +989,15 @@ impl QAct {
             quantize_blocks(x, self.blocks_mut());
             return;
         }
-        let per_row = cols / QK;
-        let mut pieces = Vec::with_capacity(pool.threads());
-        let (mut rest_x, mut rest_b) = (x, self.blocks_mut());
-        for r in pool.split(rows) {
-            let (head_x, tail_x) = std::mem::take(&mut rest_x).split_at_mut(r.len() * cols);
-            let (head_b, tail_b) = rest_b.split_at(r.len() * per_row);
-            (rest_x, rest_b) = (tail_x, tail_b);
-            pieces.push(parking_lot::Mutex::new((r.start * cols, head_x, head_b)));
-        }
+        let mut rest_x = x;
+        let pieces: Vec<_> = self
+            .row_pieces(pool, rows, cols)
+            .map(|(r, blocks)| {
+                let (head, tail) = std::mem::take(&mut rest_x).split_at_mut(r.len() * cols);
+                rest_x = tail;
+                parking_lot::Mutex::new((r.start * cols, head, blocks))
+            })
+            .collect();
         pool.run(&|tid| {
             if let Some(piece) = pieces.get(tid) {
                 let mut piece = piece.lock();
@@ -1014,6 +1006,23 @@ impl QAct {
                 quantize_blocks(rows, blocks.reborrow());
             }
         });
+    }
+
+    /// The blocks of `rows` rows of `cols` columns cut at the pool's row ranges
+    /// (`Pool::split`): each range with its blocks, for one thread to write.
+    fn row_pieces<'s>(
+        &'s mut self,
+        pool: &pool::Pool,
+        rows: usize,
+        cols: usize,
+    ) -> impl Iterator<Item = (std::ops::Range<usize>, QBlocksMut<'s>)> {
+        let per_row = cols / QK;
+        let mut rest = self.blocks_mut();
+        pool.split(rows).map(move |r| {
+            let (head, tail) = std::mem::take(&mut rest).split_at(r.len() * per_row);
+            rest = tail;
+            (r, head)
+        })
     }
 
     /// The quantized blocks, to write.
@@ -1029,6 +1038,7 @@ impl QAct {
 
 /// Quantized activation blocks being written: the arrays of [`QAct`], or a run of their
 /// blocks.
+#[derive(Default)]
 pub(crate) struct QBlocksMut<'a> {
     /// Quants, [`QK`] per block.
     pub q: &'a mut [i8],
