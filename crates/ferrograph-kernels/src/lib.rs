@@ -67,6 +67,9 @@ use std::sync::OnceLock;
 /// Q5_0's offset over its scale: its quants are 0..=31 around 16.
 const Q5_0_OFFSET_PER_SCALE: f32 = -16.0;
 
+/// Q4_0's offset over its scale: its quants are `q - 8`.
+const Q4_0_OFFSET_PER_SCALE: f32 = -8.0;
+
 /// Elements per block of every internal layout and of quantized activations.
 pub const QK: usize = 32;
 
@@ -218,6 +221,18 @@ pub enum Packed {
         /// Nibbles, interleaved.
         q: Vec<u8>,
     },
+    /// [`Packed::U4x8`] with half-float scales and offsets, where those of the GGUF are half
+    /// floats (Q4_0, Q4_1): exact, and the GGUF's bytes per block (20 where `f32` took 24),
+    /// which decode streams once per token. `m` is empty where every offset is the scale
+    /// times -8 (Q4_0), which the kernels then derive.
+    U4x8Half {
+        /// Scale per row and block, half-float bits.
+        d: Vec<u16>,
+        /// Offset per row and block, half-float bits; empty for Q4_0 (see above).
+        m: Vec<u16>,
+        /// Nibbles, interleaved as in [`Packed::U4x8`].
+        q: Vec<u8>,
+    },
     /// `U8` (5-bit quants, from Q5_0 and Q5_1) with eight rows interleaved as 5 bits: the low
     /// four bits of each quant laid out as the nibbles of [`Packed::U4x8`], and their fifth
     /// bits in eight 32-bit words per block, one per register that the nibbles unpack to:
@@ -274,6 +289,11 @@ impl Packed {
     fn advise_huge_pages(&self) {
         match self {
             Packed::U4 { d, m, q } | Packed::U8 { d, m, q } | Packed::U4x8 { d, m, q } => {
+                hugepages::advise(d);
+                hugepages::advise(m);
+                hugepages::advise(q);
+            }
+            Packed::U4x8Half { d, m, q } => {
                 hugepages::advise(d);
                 hugepages::advise(m);
                 hugepages::advise(q);
@@ -417,6 +437,7 @@ impl QMatrix {
             Packed::U4 { d, m, q } | Packed::U4x8 { d, m, q } | Packed::U8 { d, m, q } => {
                 (d.len() + m.len()) * 4 + q.len()
             }
+            Packed::U4x8Half { d, m, q } => (d.len() + m.len()) * 2 + q.len(),
             Packed::U5x8 { d, m, q, h } => (d.len() + m.len()) * 2 + q.len() + h.len() * 4,
             Packed::I8 { d, q } => d.len() * 4 + q.len(),
             Packed::I8x8 { d, q } => d.len() * 2 + q.len(),
@@ -474,6 +495,7 @@ impl QMatrix {
                 }
                 // Read through `interleaved` above.
                 Packed::U4x8 { .. }
+                | Packed::U4x8Half { .. }
                 | Packed::U5x8 { .. }
                 | Packed::I8x8 { .. }
                 | Packed::I8S16x8 { .. } => {}
@@ -488,6 +510,16 @@ impl QMatrix {
             Packed::U4x8 { d, m, q } => (
                 Scales::F32(d),
                 Some(Scales::F32(m)),
+                None,
+                GroupQuants::Nibbles(q),
+            ),
+            Packed::U4x8Half { d, m, q } => (
+                Scales::F16(d),
+                Some(if m.is_empty() {
+                    Scales::F16Times(d, Q4_0_OFFSET_PER_SCALE)
+                } else {
+                    Scales::F16(m)
+                }),
                 None,
                 GroupQuants::Nibbles(q),
             ),
@@ -524,7 +556,7 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
                 let scale = rd_f16(blk, 0);
                 if ty == GgufType::Q4_0 {
                     d.push(scale);
-                    m.push(-8.0 * scale);
+                    m.push(Q4_0_OFFSET_PER_SCALE * scale);
                     q.extend_from_slice(&blk[2..18]);
                 } else {
                     d.push(scale);
@@ -722,6 +754,25 @@ fn half_per_block(v: &[f32], rows: usize, nb: usize) -> Option<Vec<u16>> {
     Some(half)
 }
 
+/// The per-block scales and offsets of a row-by-row matrix (`rows`, a multiple of 8, by `nb`
+/// blocks) as half-float bits in the interleaved order, the offsets empty where each is the
+/// scale times `derived` (so not stored); `None` when a value is not exactly a half float.
+fn half_scales(
+    d: &[f32],
+    m: &[f32],
+    derived: f32,
+    rows: usize,
+    nb: usize,
+) -> Option<(Vec<u16>, Vec<u16>)> {
+    let dh = half_per_block(d, rows, nb)?;
+    let mh = if d.iter().zip(m).all(|(d, m)| *m == derived * d) {
+        Vec::new()
+    } else {
+        half_per_block(m, rows, nb)?
+    };
+    Some((dh, mh))
+}
+
 /// The quants of [`Interleaved`] rows.
 #[derive(Clone, Copy)]
 pub(crate) enum GroupQuants<'a> {
@@ -836,10 +887,15 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
     match packed {
         Packed::U4 { d, m, mut q } => {
             interleave_in_place(&mut q, rows, nb, 16, 4);
-            Packed::U4x8 {
-                d: per_block(d),
-                m: per_block(m),
-                q,
+            // Half floats where every scale and offset is one exactly (Q4_0 and Q4_1 always;
+            // Q4_K's scales times its 6-bit sub-scales are not).
+            match half_scales(&d, &m, Q4_0_OFFSET_PER_SCALE, rows, nb) {
+                Some((d, m)) => Packed::U4x8Half { d, m, q },
+                None => Packed::U4x8 {
+                    d: per_block(d),
+                    m: per_block(m),
+                    q,
+                },
             }
         }
         Packed::U8 { d, m, q } => match five_bits(&d, &m, &q, rows, nb) {
@@ -873,18 +929,9 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
 /// The [`Packed::U5x8`] form of a row-by-row `U8` matrix of 5-bit quants (`rows` a multiple
 /// of 8, `nb` blocks per row); `None` when a scale or offset is not exactly a half float.
 fn five_bits(d: &[f32], m: &[f32], q: &[u8], rows: usize, nb: usize) -> Option<Packed> {
-    let dh = half_per_block(d, rows, nb)?;
     // Q5_0's offsets are its scales times -16: derived, not stored (22 bytes per block, as
     // in the GGUF). Q5_1's are its own.
-    let mh = if d
-        .iter()
-        .zip(m)
-        .all(|(d, m)| *m == Q5_0_OFFSET_PER_SCALE * d)
-    {
-        Vec::new()
-    } else {
-        half_per_block(m, rows, nb)?
-    };
+    let (dh, mh) = half_scales(d, m, Q5_0_OFFSET_PER_SCALE, rows, nb)?;
     let blocks = rows * nb;
     let mut nibbles = Vec::with_capacity(blocks * 16);
     // Eight words of 32 fifth bits per group of eight rows and block: one word per block.

@@ -24,6 +24,7 @@ pub(crate) fn dot_tile(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: &mut [f32
                 }
                 // Interleaved matrices go through `dot_x8`.
                 Packed::U4x8 { .. }
+                | Packed::U4x8Half { .. }
                 | Packed::U5x8 { .. }
                 | Packed::I8x8 { .. }
                 | Packed::I8S16x8 { .. } => {}

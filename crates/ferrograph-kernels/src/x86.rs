@@ -120,6 +120,7 @@ unsafe fn tile<const NT: usize>(w: &Packed, r: Range<usize>, x: &Acts<'_>, out: 
             }
             // Interleaved matrices go through `dot_x8`.
             Packed::U4x8 { .. }
+            | Packed::U4x8Half { .. }
             | Packed::U5x8 { .. }
             | Packed::I8x8 { .. }
             | Packed::I8S16x8 { .. } => {}
@@ -604,6 +605,14 @@ pub(crate) mod x16_avx512 {
             d: &'a [f32],
             m: &'a [f32],
         },
+        /// `U4x8Half`: 4-bit quants, half-float scales and offsets (`m` empty when each
+        /// offset is the scale times `by`).
+        U4Half {
+            q: &'a [u8],
+            d: &'a [u16],
+            m: &'a [u16],
+            by: f32,
+        },
         /// `I8x8`: signed bytes, half-float scales.
         I8 { q: &'a [i8], d: &'a [u16] },
     }
@@ -613,6 +622,12 @@ pub(crate) mod x16_avx512 {
             match (all.q, all.d, all.m, all.s) {
                 (GroupQuants::Nibbles(q), Scales::F32(d), Some(Scales::F32(m)), None) => {
                     Some(PairLayout::U4 { q, d, m })
+                }
+                (GroupQuants::Nibbles(q), Scales::F16(d), Some(Scales::F16(m)), None) => {
+                    Some(PairLayout::U4Half { q, d, m, by: 0.0 })
+                }
+                (GroupQuants::Nibbles(q), Scales::F16(d), Some(Scales::F16Times(_, by)), None) => {
+                    Some(PairLayout::U4Half { q, d, m: &[], by })
                 }
                 (GroupQuants::Signed(q), Scales::F16(d), None, None) => {
                     Some(PairLayout::I8 { q, d })
@@ -626,13 +641,17 @@ pub(crate) mod x16_avx512 {
             let n = 8 * nb * groups;
             match self {
                 PairLayout::U4 { q, d, m } => q.len() >= 16 * n && d.len() >= n && m.len() >= n,
+                PairLayout::U4Half { q, d, m, .. } => {
+                    q.len() >= 16 * n && d.len() >= n && (m.is_empty() || m.len() >= n)
+                }
                 PairLayout::I8 { q, d } => q.len() >= 32 * n && d.len() >= n,
             }
         }
     }
 
     /// Whether the layout of `all` has a 16-row kernel: `U4x8` (4-bit quants, `f32` scales and
-    /// offsets) and `I8x8` (signed bytes, half-float scales).
+    /// offsets), `U4x8Half` (the same with half floats) and `I8x8` (signed bytes, half-float
+    /// scales).
     pub(crate) fn has_x16(all: &Interleaved<'_>) -> bool {
         PairLayout::of(all).is_some()
     }
@@ -691,13 +710,22 @@ pub(crate) mod x16_avx512 {
         // outputs.
         unsafe {
             for g in groups.step_by(2) {
-                let acc = match layout {
-                    PairLayout::U4 { q, d, m } => pair_u4x16::<NT>(
+                let acc = match *layout {
+                    PairLayout::U4 { q, d, m } => pair_u4x16::<NT, _>(
                         q.as_ptr().add(128 * nb * g),
-                        d.as_ptr().add(8 * nb * g),
-                        m.as_ptr().add(8 * nb * g),
+                        F32Pair(d.as_ptr().add(8 * nb * g)),
+                        Offsets::Own(F32Pair(m.as_ptr().add(8 * nb * g))),
                         x,
                     ),
+                    PairLayout::U4Half { q, d, m, by } => {
+                        let d = F16Pair(d.as_ptr().add(8 * nb * g));
+                        let m = if m.is_empty() {
+                            Offsets::Times(by)
+                        } else {
+                            Offsets::Own(F16Pair(m.as_ptr().add(8 * nb * g)))
+                        };
+                        pair_u4x16::<NT, _>(q.as_ptr().add(128 * nb * g), d, m, x)
+                    }
                     PairLayout::I8 { q, d } => pair_i8x16::<NT>(
                         q.as_ptr().add(256 * nb * g),
                         d.as_ptr().add(8 * nb * g),
@@ -776,35 +804,126 @@ pub(crate) mod x16_avx512 {
         }
     }
 
-    /// One pair: `U4x8` twice. Per block, each chunk of the two groups' nibbles in one
-    /// register (low half the first group's, from `q`, `d`, `m`; high half the next group's,
-    /// `nb` blocks further), both nibbles' products with the token's bytes straight into 32-bit
-    /// sums, then the scales and offsets as the 8-row kernel applies them.
+    /// A pair of groups' per-row values of a block (scales or offsets): eight of the first
+    /// group's at `8 * blk` from the pointer, eight of the second's `8 * nb` further.
+    trait PairValues: Copy {
+        /// Bytes per value.
+        const SIZE: usize;
+
+        /// Block `blk`'s sixteen values, the first group's in lanes 0..8, as `f32`.
+        ///
+        /// # Safety
+        /// The features; both groups' values of block `blk` readable.
+        unsafe fn load(self, blk: usize, nb: usize) -> __m512;
+
+        /// Where block `blk`'s values of the first and second group start.
+        fn at(self, blk: usize, nb: usize) -> [*const u8; 2];
+    }
+
+    /// `f32` values.
+    #[derive(Clone, Copy)]
+    struct F32Pair(*const f32);
+
+    impl PairValues for F32Pair {
+        const SIZE: usize = 4;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+        unsafe fn load(self, blk: usize, nb: usize) -> __m512 {
+            // SAFETY: the caller's contract bounds both reads.
+            unsafe {
+                join(
+                    _mm256_loadu_ps(self.0.add(8 * blk)),
+                    _mm256_loadu_ps(self.0.add(8 * (nb + blk))),
+                )
+            }
+        }
+
+        fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
+            [
+                self.0.wrapping_add(8 * blk).cast(),
+                self.0.wrapping_add(8 * (nb + blk)).cast(),
+            ]
+        }
+    }
+
+    /// Half-float values (converted exactly).
+    #[derive(Clone, Copy)]
+    struct F16Pair(*const u16);
+
+    impl PairValues for F16Pair {
+        const SIZE: usize = 2;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
+        unsafe fn load(self, blk: usize, nb: usize) -> __m512 {
+            // SAFETY: the caller's contract bounds both reads.
+            unsafe {
+                let lo = _mm_loadu_si128(self.0.add(8 * blk) as *const __m128i);
+                let hi = _mm_loadu_si128(self.0.add(8 * (nb + blk)) as *const __m128i);
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+            }
+        }
+
+        fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
+            [
+                self.0.wrapping_add(8 * blk).cast(),
+                self.0.wrapping_add(8 * (nb + blk)).cast(),
+            ]
+        }
+    }
+
+    /// A pair's offsets: stored, or each the scale times a constant (Q4_0's -8).
+    #[derive(Clone, Copy)]
+    enum Offsets<V> {
+        Own(V),
+        Times(f32),
+    }
+
+    /// Asks for the line holding block `blk`'s values of both groups once, when the first
+    /// block in that line comes up (a line holds 16 / `V::SIZE` blocks' values).
+    #[inline]
+    fn prefetch_values<V: PairValues>(v: V, blk: usize, nb: usize, ahead: usize) {
+        for p in v.at(blk, nb) {
+            if (p as usize) % 64 < 8 * V::SIZE {
+                crate::prefetch_lines(p, ahead, 1);
+            }
+        }
+    }
+
+    /// One pair: `U4x8` (or `U4x8Half`) twice. Per block, each chunk of the two groups'
+    /// nibbles in one register (low half the first group's, from `q`, `d`, `m`; high half the
+    /// next group's, `nb` blocks further), both nibbles' products with the token's bytes
+    /// straight into 32-bit sums, then the scales and offsets as the 8-row kernel applies
+    /// them (half floats converted exactly, so the same values).
     ///
     /// # Safety
     /// The features; `q`, `d`, `m` readable for two groups of `x.nb` blocks; `x` holding `NT`
     /// tokens.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
     #[inline]
-    unsafe fn pair_u4x16<const NT: usize>(
+    unsafe fn pair_u4x16<const NT: usize, V: PairValues>(
         q: *const u8,
-        d: *const f32,
-        m: *const f32,
+        d: V,
+        m: Offsets<V>,
         x: &Acts<'_>,
     ) -> [__m512; NT] {
         let nb = x.nb;
         // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
         unsafe {
-            let (qb, db, mb) = (q.add(128 * nb), d.add(8 * nb), m.add(8 * nb));
+            let qb = q.add(128 * nb);
             let m4 = _mm512_set1_epi8(0x0f);
             let mut acc = [_mm512_setzero_ps(); NT];
             for blk in 0..nb {
                 if x.ahead > 0 {
                     crate::prefetch_lines(q.add(128 * blk), x.ahead, 2);
                     crate::prefetch_lines(qb.add(128 * blk), x.ahead, 2);
-                    // The scales and offsets, a quarter of the quants' bytes, as far ahead.
-                    for p in [d, db, m, mb] {
-                        crate::prefetch_lines(p.add(8 * blk).cast(), x.ahead / 4, 1);
+                    // The scales and offsets, a quarter or an eighth of the quants' bytes, as
+                    // far ahead.
+                    let ahead = x.ahead * V::SIZE / 16;
+                    prefetch_values(d, blk, nb, ahead);
+                    if let Offsets::Own(m) = m {
+                        prefetch_values(m, blk, nb, ahead);
                     }
                 }
                 // Two chains of sums per token (low and high nibbles), added at the end:
@@ -827,14 +946,11 @@ pub(crate) mod x16_avx512 {
                     }
                 }
                 // The 8-row kernel's `scale_block`, sixteen lanes wide.
-                let dv = join(
-                    _mm256_loadu_ps(d.add(8 * blk)),
-                    _mm256_loadu_ps(db.add(8 * blk)),
-                );
-                let mv = join(
-                    _mm256_loadu_ps(m.add(8 * blk)),
-                    _mm256_loadu_ps(mb.add(8 * blk)),
-                );
+                let dv = d.load(blk, nb);
+                let mv = match m {
+                    Offsets::Own(m) => m.load(blk, nb),
+                    Offsets::Times(by) => _mm512_mul_ps(dv, _mm512_set1_ps(by)),
+                };
                 for t in 0..NT {
                     let isum = _mm512_add_epi32(isum[t], isum_hi[t]);
                     let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));

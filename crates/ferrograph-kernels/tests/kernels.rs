@@ -247,6 +247,7 @@ fn interleaved_matrices_match_the_reference() {
         .collect();
     for (ty, rows) in [
         (GgufType::Q4_0, 8),
+        (GgufType::Q4_0, 32),
         (GgufType::Q4_1, 16),
         (GgufType::Q4K, 24),
         (GgufType::Q8_0, 8),
@@ -266,6 +267,7 @@ fn interleaved_matrices_match_the_reference() {
             matches!(
                 w.packed,
                 kernels::Packed::U4x8 { .. }
+                    | kernels::Packed::U4x8Half { .. }
                     | kernels::Packed::U5x8 { .. }
                     | kernels::Packed::I8x8 { .. }
                     | kernels::Packed::I8S16x8 { .. }
@@ -273,15 +275,22 @@ fn interleaved_matrices_match_the_reference() {
             "{ty:?} with {rows} rows should be interleaved"
         );
         // Half-float scales stay half floats, and 5-bit quants take 5 bits: the GGUF's bytes
-        // (Q5_0's offsets, -16 times its scales, are derived rather than stored) or two more
-        // for Q5_1's own offsets, where a byte per quant took 40.
+        // (Q4_0's and Q5_0's offsets, -8 and -16 times their scales, are derived rather than
+        // stored) or two more for Q5_1's own offsets, where a byte per quant took 40. Q4_K's
+        // scales times its sub-scales are not half floats, and stay `f32`.
         // Blocks of 32 in `rows` rows of 256.
         let n = rows * 256 / 32;
-        let random = || QMatrix::from_gguf(ty, rows, 256, &blocks(ty, n, 5)).unwrap();
+        let random = || {
+            let data = blocks(ty, rows * 256 / ty.block_elems(), 5);
+            QMatrix::from_gguf(ty, rows, 256, &data).unwrap()
+        };
         match ty {
             GgufType::Q8_0 => assert_eq!(random().bytes(), n * 34),
             GgufType::Q5_0 => assert_eq!(random().bytes(), n * 22),
             GgufType::Q5_1 => assert_eq!(random().bytes(), n * 24),
+            GgufType::Q4_0 => assert_eq!(random().bytes(), n * 18),
+            GgufType::Q4_1 => assert_eq!(random().bytes(), n * 20),
+            GgufType::Q4K => assert!(matches!(random().packed, kernels::Packed::U4x8 { .. })),
             _ => {}
         }
         for t in [1, 2, 3, 4, 7] {
