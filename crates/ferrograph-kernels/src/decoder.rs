@@ -361,6 +361,9 @@ struct Reader<'a, R> {
     ct: &'a gguf_file::Content,
     file: &'a mut R,
     file_len: u64,
+    /// Where the matrices' buffers go, one after another in the order the forward pass
+    /// reads them (the loader reads the tensors in that order).
+    arena: kernels::WeightArena,
 }
 
 impl<R: Read + Seek> Reader<'_, R> {
@@ -399,7 +402,7 @@ impl<R: Read + Seek> Reader<'_, R> {
         Ok((ty, buf))
     }
 
-    /// A matrix, repacked as it is read (no copy of the whole tensor is held).
+    /// A matrix, repacked as it is read (no copy of the whole tensor is held), in the arena.
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatrix, String> {
         let (ty, len) = self.seek(name)?;
         let need = QMatrix::gguf_bytes(ty, rows, cols).map_err(|e| format!("{name}: {e}"))?;
@@ -408,7 +411,10 @@ impl<R: Read + Seek> Reader<'_, R> {
                 "{name}: {len} bytes where {ty:?} {rows}x{cols} needs {need}"
             ));
         }
-        QMatrix::read_gguf(ty, rows, cols, &mut self.file).map_err(|e| format!("{name}: {e}"))
+        let mut m = QMatrix::read_gguf(ty, rows, cols, &mut self.file)
+            .map_err(|e| format!("{name}: {e}"))?;
+        m.move_into(&mut self.arena);
+        Ok(m)
     }
 
     fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, String> {
@@ -445,7 +451,12 @@ impl DecoderModel {
         let file_len = file
             .seek(SeekFrom::End(0))
             .map_err(|e| format!("cannot read the file: {e}"))?;
-        let mut rd = Reader { ct, file, file_len };
+        let mut rd = Reader {
+            ct,
+            file,
+            file_len,
+            arena: kernels::WeightArena::new(),
+        };
         let (d, q, kv, f, hd) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn, cfg.head_dim);
         let embed = rd.matrix("token_embd.weight", cfg.vocab, d)?;
         let norm = rd.vector("output_norm.weight", d)?;

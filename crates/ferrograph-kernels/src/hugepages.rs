@@ -7,6 +7,9 @@
 //! resident that 4 KiB pages would have returned. So the weights ask for them here, for the
 //! whole 2 MiB pages inside each large buffer only, before the buffer is first written.
 //!
+//! Buffers smaller than a huge page hold none whole; those of a model's matrices are moved
+//! into a [`crate::WeightArena`], which shares its huge pages among them.
+//!
 //! The advice is only advice: where the kernel's THP mode is `never`, or on other systems,
 //! nothing changes but speed.
 

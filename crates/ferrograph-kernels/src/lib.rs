@@ -37,7 +37,14 @@
 //! prefill alike. With AVX-512 VNNI, 4-bit and 8-bit layouts take two groups at once, sixteen
 //! rows per 512-bit register, and write their outputs in place (`x86::x16_avx512`), with the
 //! same bits.
+//! Q4_0's and Q4_1's half-float scales and offsets stay half floats there too
+//! ([`Packed::U4x8Half`]): 20 bytes per block, as in the GGUF, where `f32` took 24.
 //! `FERROGRAPH_INTERLEAVE=0` keeps the row-by-row layout (for comparisons).
+//!
+//! A model's matrices are moved, as they are loaded, into one [`WeightArena`]: their buffers
+//! one after another on 2 MiB pages, in the order a forward pass reads them, where a small
+//! model's many small buffers each took 4 KiB pages of their own (a TLB miss per 4 KiB that
+//! decode streams).
 //!
 //! The `unsafe` code lives here and in [`pool`]: SIMD intrinsics, the pool's lifetime
 //! erasure, and disjoint parallel writes of matrix product outputs; every block carries a
@@ -54,9 +61,11 @@ mod ops;
 pub mod pool;
 mod scalar;
 pub mod vector;
+mod weights;
 pub mod wide;
 
 pub use decoder::Kernels;
+pub use weights::{WeightArena, WeightBuf, WeightElem};
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -186,27 +195,27 @@ pub enum Packed {
     /// `i`, element `i + 16` in its high nibble.
     U4 {
         /// Scale per block.
-        d: Vec<f32>,
+        d: WeightBuf<f32>,
         /// Offset per block.
-        m: Vec<f32>,
+        m: WeightBuf<f32>,
         /// Nibbles.
-        q: Vec<u8>,
+        q: WeightBuf<u8>,
     },
     /// `d * q + m`, `q` in 0..=31, 32 bytes per block.
     U8 {
         /// Scale per block.
-        d: Vec<f32>,
+        d: WeightBuf<f32>,
         /// Offset per block.
-        m: Vec<f32>,
+        m: WeightBuf<f32>,
         /// Quants.
-        q: Vec<u8>,
+        q: WeightBuf<u8>,
     },
     /// `d * q`, signed `q`, 32 bytes per block.
     I8 {
         /// Scale per block.
-        d: Vec<f32>,
+        d: WeightBuf<f32>,
         /// Quants.
-        q: Vec<i8>,
+        q: WeightBuf<i8>,
     },
     /// `U4` with the blocks of each group of eight rows interleaved (row count a multiple of
     /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale and offset of
@@ -215,11 +224,11 @@ pub enum Packed {
     /// lane in turn (`q[128 * gb + 32 * c + 4 * lane + j]` is byte `4c + j` of that block).
     U4x8 {
         /// Scale per row and block.
-        d: Vec<f32>,
+        d: WeightBuf<f32>,
         /// Offset per row and block.
-        m: Vec<f32>,
+        m: WeightBuf<f32>,
         /// Nibbles, interleaved.
-        q: Vec<u8>,
+        q: WeightBuf<u8>,
     },
     /// [`Packed::U4x8`] with half-float scales and offsets, where those of the GGUF are half
     /// floats (Q4_0, Q4_1): exact, and the GGUF's bytes per block (20 where `f32` took 24),
@@ -227,11 +236,11 @@ pub enum Packed {
     /// times -8 (Q4_0), which the kernels then derive.
     U4x8Half {
         /// Scale per row and block, half-float bits.
-        d: Vec<u16>,
+        d: WeightBuf<u16>,
         /// Offset per row and block, half-float bits; empty for Q4_0 (see above).
-        m: Vec<u16>,
+        m: WeightBuf<u16>,
         /// Nibbles, interleaved as in [`Packed::U4x8`].
-        q: Vec<u8>,
+        q: WeightBuf<u8>,
     },
     /// `U8` (5-bit quants, from Q5_0 and Q5_1) with eight rows interleaved as 5 bits: the low
     /// four bits of each quant laid out as the nibbles of [`Packed::U4x8`], and their fifth
@@ -242,14 +251,14 @@ pub enum Packed {
     /// Q5_1's its own half float), laid out as in [`Packed::U4x8`]; Q5_0's are not stored.
     U5x8 {
         /// Scale per row and block, half-float bits.
-        d: Vec<u16>,
+        d: WeightBuf<u16>,
         /// Offset per row and block, half-float bits; empty where every offset is the scale
         /// times -16 (Q5_0), which the kernels then derive.
-        m: Vec<u16>,
+        m: WeightBuf<u16>,
         /// Low four bits, interleaved as in [`Packed::U4x8`].
-        q: Vec<u8>,
+        q: WeightBuf<u8>,
         /// Fifth bits, eight words per block.
-        h: Vec<u32>,
+        h: WeightBuf<u32>,
     },
     /// `I8` with the blocks of each group of eight rows interleaved (row count a multiple of
     /// 8). For group `g`, block `b` (`gb = g * blocks_per_row + b`): the scale of lane (row
@@ -258,66 +267,86 @@ pub enum Packed {
     /// + j]` is element `4c + j`). The scales are half floats, as Q8_0 stores them.
     I8x8 {
         /// Scale per row and block, half-float bits.
-        d: Vec<u16>,
+        d: WeightBuf<u16>,
         /// Quants, interleaved.
-        q: Vec<i8>,
+        q: WeightBuf<i8>,
     },
     /// `I8S16` with eight rows interleaved as in [`Packed::I8x8`]. The sub-scales of lane
     /// `lane`, half `h` of block `gb` are `s[32 * gb + 16 * h + 2 * lane]` and the element
     /// after it (the same value twice, one 32-bit lane of 16-bit pairs).
     I8S16x8 {
         /// Scale per row and block.
-        d: Vec<f32>,
+        d: WeightBuf<f32>,
         /// Sub-scales, interleaved and doubled.
-        s: Vec<i16>,
+        s: WeightBuf<i16>,
         /// Quants, interleaved.
-        q: Vec<i8>,
+        q: WeightBuf<i8>,
     },
     /// `d * s * q`, `q` in -32..=31, one `s` per 16 elements.
     I8S16 {
         /// Scale per block.
-        d: Vec<f32>,
+        d: WeightBuf<f32>,
         /// Two sub-scales per block.
-        s: Vec<i16>,
+        s: WeightBuf<i16>,
         /// Quants.
-        q: Vec<i8>,
+        q: WeightBuf<i8>,
     },
 }
 
 impl Packed {
-    /// Asks for transparent huge pages under every buffer ([`hugepages::advise`]).
-    fn advise_huge_pages(&self) {
+    /// Calls `v` on every buffer.
+    fn visit_bufs(&mut self, v: &mut impl BufVisitor) {
         match self {
             Packed::U4 { d, m, q } | Packed::U8 { d, m, q } | Packed::U4x8 { d, m, q } => {
-                hugepages::advise(d);
-                hugepages::advise(m);
-                hugepages::advise(q);
+                v.visit(d);
+                v.visit(m);
+                v.visit(q);
             }
             Packed::U4x8Half { d, m, q } => {
-                hugepages::advise(d);
-                hugepages::advise(m);
-                hugepages::advise(q);
+                v.visit(d);
+                v.visit(m);
+                v.visit(q);
             }
             Packed::U5x8 { d, m, q, h } => {
-                hugepages::advise(d);
-                hugepages::advise(m);
-                hugepages::advise(q);
-                hugepages::advise(h);
+                v.visit(d);
+                v.visit(m);
+                v.visit(q);
+                v.visit(h);
             }
             Packed::I8 { d, q } => {
-                hugepages::advise(d);
-                hugepages::advise(q);
+                v.visit(d);
+                v.visit(q);
             }
             Packed::I8x8 { d, q } => {
-                hugepages::advise(d);
-                hugepages::advise(q);
+                v.visit(d);
+                v.visit(q);
             }
             Packed::I8S16 { d, s, q } | Packed::I8S16x8 { d, s, q } => {
-                hugepages::advise(d);
-                hugepages::advise(s);
-                hugepages::advise(q);
+                v.visit(d);
+                v.visit(s);
+                v.visit(q);
             }
         }
+    }
+}
+
+/// Something done to each buffer of a [`Packed`] ([`Packed::visit_bufs`]).
+trait BufVisitor {
+    fn visit<T: WeightElem>(&mut self, buf: &mut WeightBuf<T>);
+}
+
+/// Asks for transparent huge pages under a freshly reserved buffer ([`hugepages::advise`]).
+struct AdviseHugePages;
+
+impl BufVisitor for AdviseHugePages {
+    fn visit<T: WeightElem>(&mut self, buf: &mut WeightBuf<T>) {
+        hugepages::advise(buf.vec_mut());
+    }
+}
+
+impl BufVisitor for WeightArena {
+    fn visit<T: WeightElem>(&mut self, buf: &mut WeightBuf<T>) {
+        self.adopt(buf);
     }
 }
 
@@ -385,29 +414,29 @@ impl QMatrix {
         let nb = rows * cols / QK;
         let mut packed = match ty {
             GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q4K => Packed::U4 {
-                d: Vec::with_capacity(nb),
-                m: Vec::with_capacity(nb),
-                q: Vec::with_capacity(nb * 16),
+                d: Vec::with_capacity(nb).into(),
+                m: Vec::with_capacity(nb).into(),
+                q: Vec::with_capacity(nb * 16).into(),
             },
             GgufType::Q5_0 | GgufType::Q5_1 => Packed::U8 {
-                d: Vec::with_capacity(nb),
-                m: Vec::with_capacity(nb),
-                q: Vec::with_capacity(nb * QK),
+                d: Vec::with_capacity(nb).into(),
+                m: Vec::with_capacity(nb).into(),
+                q: Vec::with_capacity(nb * QK).into(),
             },
             GgufType::Q8_0 => Packed::I8 {
-                d: Vec::with_capacity(nb),
-                q: Vec::with_capacity(nb * QK),
+                d: Vec::with_capacity(nb).into(),
+                q: Vec::with_capacity(nb * QK).into(),
             },
             GgufType::Q6K => Packed::I8S16 {
-                d: Vec::with_capacity(nb),
-                s: Vec::with_capacity(nb * 2),
-                q: Vec::with_capacity(nb * QK),
+                d: Vec::with_capacity(nb).into(),
+                s: Vec::with_capacity(nb * 2).into(),
+                q: Vec::with_capacity(nb * QK).into(),
             },
             GgufType::F32 | GgufType::F16 => {
                 return Err(KernelError::Unsupported(format!("{ty:?} matrices")))
             }
         };
-        packed.advise_huge_pages();
+        packed.visit_bufs(&mut AdviseHugePages);
         let bb = ty.block_bytes();
         let mut buf = vec![0u8; need.min((SLICE / bb).max(1) * bb)];
         let mut left = need;
@@ -429,6 +458,12 @@ impl QMatrix {
             source: ty,
             packed,
         })
+    }
+
+    /// Moves the matrix's buffers into `arena` (see [`WeightArena`]): the same values, on
+    /// huge pages shared with the model's other matrices, in the order they are moved.
+    pub fn move_into(&mut self, arena: &mut WeightArena) {
+        self.packed.visit_bufs(arena);
     }
 
     /// Bytes held.
@@ -540,7 +575,7 @@ impl QMatrix {
         Some(Interleaved {
             d,
             m,
-            s: s.map(Vec::as_slice),
+            s: s.map(|s| &s[..]),
             q,
         })
     }
@@ -552,6 +587,7 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
     let bb = ty.block_bytes();
     match (ty, packed) {
         (GgufType::Q4_0 | GgufType::Q4_1, Packed::U4 { d, m, q }) => {
+            let (d, m, q) = (d.vec_mut(), m.vec_mut(), q.vec_mut());
             for blk in data.chunks_exact(bb) {
                 let scale = rd_f16(blk, 0);
                 if ty == GgufType::Q4_0 {
@@ -566,6 +602,7 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
             }
         }
         (GgufType::Q5_0 | GgufType::Q5_1, Packed::U8 { d, m, q }) => {
+            let (d, m, q) = (d.vec_mut(), m.vec_mut(), q.vec_mut());
             for blk in data.chunks_exact(bb) {
                 let scale = rd_f16(blk, 0);
                 let (min, hbase) = if ty == GgufType::Q5_0 {
@@ -591,12 +628,14 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
             }
         }
         (GgufType::Q8_0, Packed::I8 { d, q }) => {
+            let (d, q) = (d.vec_mut(), q.vec_mut());
             for blk in data.chunks_exact(bb) {
                 d.push(rd_f16(blk, 0));
                 q.extend(blk[2..34].iter().map(|&b| b as i8));
             }
         }
         (GgufType::Q4K, Packed::U4 { d, m, q }) => {
+            let (d, m, q) = (d.vec_mut(), m.vec_mut(), q.vec_mut());
             for blk in data.chunks_exact(bb) {
                 let sd = rd_f16(blk, 0);
                 let smin = rd_f16(blk, 2);
@@ -624,6 +663,7 @@ fn append_blocks(ty: GgufType, data: &[u8], packed: &mut Packed) {
             }
         }
         (GgufType::Q6K, Packed::I8S16 { d, s, q }) => {
+            let (d, s, q) = (d.vec_mut(), s.vec_mut(), q.vec_mut());
             for blk in data.chunks_exact(bb) {
                 let ql = &blk[0..128];
                 let qh = &blk[128..192];
@@ -880,17 +920,21 @@ fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize,
 /// The interleaved form of a row-by-row matrix of `rows` (a multiple of 8) by `cols`.
 fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
     let nb = cols / QK;
-    let per_block = |mut v: Vec<f32>| {
-        interleave_in_place(&mut v, rows, nb, 1, 1);
+    let per_block = |mut v: WeightBuf<f32>| {
+        interleave_in_place(v.vec_mut(), rows, nb, 1, 1);
         v
     };
     match packed {
         Packed::U4 { d, m, mut q } => {
-            interleave_in_place(&mut q, rows, nb, 16, 4);
+            interleave_in_place(q.vec_mut(), rows, nb, 16, 4);
             // Half floats where every scale and offset is one exactly (Q4_0 and Q4_1 always;
             // Q4_K's scales times its 6-bit sub-scales are not).
             match half_scales(&d, &m, Q4_0_OFFSET_PER_SCALE, rows, nb) {
-                Some((d, m)) => Packed::U4x8Half { d, m, q },
+                Some((d, m)) => Packed::U4x8Half {
+                    d: d.into(),
+                    m: m.into(),
+                    q,
+                },
                 None => Packed::U4x8 {
                     d: per_block(d),
                     m: per_block(m),
@@ -905,17 +949,17 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
         },
         Packed::I8 { d, mut q } => match half_per_block(&d, rows, nb) {
             Some(d) => {
-                interleave_in_place(&mut q, rows, nb, QK, 4);
-                Packed::I8x8 { d, q }
+                interleave_in_place(q.vec_mut(), rows, nb, QK, 4);
+                Packed::I8x8 { d: d.into(), q }
             }
             None => Packed::I8 { d, q },
         },
         Packed::I8S16 { d, mut s, mut q } => {
-            interleave_in_place(&mut q, rows, nb, QK, 4);
+            interleave_in_place(q.vec_mut(), rows, nb, QK, 4);
             // Each lane's two sub-scales per block, then each written twice: one 32-bit lane
             // of 16-bit pairs for `madd`.
-            interleave_in_place(&mut s, rows, nb, 2, 1);
-            let s = s.iter().flat_map(|&v| [v, v]).collect();
+            interleave_in_place(s.vec_mut(), rows, nb, 2, 1);
+            let s = s.iter().flat_map(|&v| [v, v]).collect::<Vec<_>>().into();
             Packed::I8S16x8 {
                 d: per_block(d),
                 s,
@@ -956,10 +1000,10 @@ fn five_bits(d: &[f32], m: &[f32], q: &[u8], rows: usize, nb: usize) -> Option<P
         }
     }
     Some(Packed::U5x8 {
-        d: dh,
-        m: mh,
-        q: nibbles,
-        h,
+        d: dh.into(),
+        m: mh.into(),
+        q: nibbles.into(),
+        h: h.into(),
     })
 }
 
