@@ -316,19 +316,14 @@ pub fn bench_blocking(
 pub const CONCURRENCY: [usize; 4] = [1, 2, 4, 8];
 
 /// Aggregate decode speed at each of [`CONCURRENCY`] ([`batch_decode_tok_s`]), median of
-/// three runs.
+/// three runs ([`interleaved_levels`]).
 fn concurrency(
     engine: &mut Engine,
     unit: &[u32],
     gen_tokens: usize,
 ) -> Result<Vec<ConcurrencyLevel>, LlmError> {
     let mut out: Vec<ConcurrencyLevel> = Vec::new();
-    for k in CONCURRENCY {
-        let mut rates = Vec::new();
-        for _ in 0..3 {
-            rates.push(batch_decode_tok_s(engine, unit, k, gen_tokens)?);
-        }
-        let decode_tok_s = median(rates);
+    for (k, decode_tok_s) in interleaved_levels(engine, unit, gen_tokens, 3)? {
         let one = out.first().map_or(decode_tok_s, |l| l.decode_tok_s);
         out.push(ConcurrencyLevel {
             sequences: k,
@@ -337,6 +332,30 @@ fn concurrency(
         });
     }
     Ok(out)
+}
+
+/// Each of [`CONCURRENCY`]'s aggregate decode speed, the median of `passes` runs taken in
+/// passes over all the levels (1, 2, 4, 8, then 1, 2, 4, 8 again...) rather than level by
+/// level: on a shared machine whose speed drifts over seconds, a slow stretch then falls on
+/// every level alike instead of on one, and the ratios between levels (what the
+/// concurrency figures are read for) stay put.
+pub fn interleaved_levels(
+    engine: &mut Engine,
+    unit: &[u32],
+    gen_tokens: usize,
+    passes: usize,
+) -> Result<Vec<(usize, f64)>, LlmError> {
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); CONCURRENCY.len()];
+    for _ in 0..passes.max(1) {
+        for (k, r) in CONCURRENCY.iter().zip(rates.iter_mut()) {
+            r.push(batch_decode_tok_s(engine, unit, *k, gen_tokens)?);
+        }
+    }
+    Ok(CONCURRENCY
+        .iter()
+        .zip(rates)
+        .map(|(k, r)| (*k, median(r)))
+        .collect())
 }
 
 /// Prompt length of each sequence in the concurrency measurements.

@@ -5,7 +5,7 @@
 //! - prefill at [`PREFILL`] prompt tokens, and decode at [`DEPTHS`] tokens of context, against
 //!   `llama-bench` (`pp` and `tg` at `-d` depth; its own repetitions and warm-up);
 //! - aggregate decode with [`CONCURRENCY`] sequences at once (ours: one batched pass per
-//!   step), against `llama-server --parallel N` sent the same number of requests at once
+//!   step; three passes over the levels per round, medians), against `llama-server --parallel N` sent the same number of requests at once
 //!   (greedy, end-of-sequence ignored, prompt cache off);
 //! - peak resident memory: ours is this process's high-water mark after all of the above;
 //!   llama.cpp's that of `llama-bench` over the same prefill and decode shapes.
@@ -15,7 +15,7 @@
 //! `FERROGRAPH_LLAMA_CPP_BIN`.
 
 use crate::llm::{
-    batch_decode_tok_s, concurrent_prompts, median, peak_rss_mib, set_threads, tok_per_s,
+    concurrent_prompts, interleaved_levels, median, peak_rss_mib, set_threads, tok_per_s,
     CONCURRENCY, CONCURRENT_PROMPT,
 };
 use ferrograph_llm::{Engine, LlmError, LoadOptions};
@@ -160,11 +160,9 @@ fn ours_round(engine: &mut Engine, unit: &[u32], gen: usize) -> Result<Figures, 
             tok_s: tok_per_s(gen, d),
         });
     }
-    for k in CONCURRENCY {
-        f.concurrent.push(Point {
-            at: k,
-            tok_s: batch_decode_tok_s(engine, unit, k, gen)?,
-        });
+    // Three passes over the levels, medians (see `interleaved_levels`).
+    for (k, tok_s) in interleaved_levels(engine, unit, gen, 3)? {
+        f.concurrent.push(Point { at: k, tok_s });
     }
     f.peak_rss_mib = peak_rss_mib();
     Ok(f)
