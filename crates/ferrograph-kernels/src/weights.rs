@@ -45,21 +45,16 @@ const ADOPT_MAX: usize = 8 << 20;
 /// are only backed once written, so what is reserved and not used costs nothing.
 const MAPPING: usize = 256 << 20;
 
-/// A huge-page-aligned anonymous mapping (or, off Linux, a heap allocation) that arena buffers
-/// point into; freed when the last buffer and the arena are dropped.
+/// A huge-page-aligned anonymous mapping that arena buffers point into; unmapped when the last
+/// buffer and the arena are dropped. Linux only: elsewhere there is no huge-page advice to
+/// gain from, and [`Mapping::new`] declines (the buffers stay where they are).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Mapping {
     base: NonNull<u8>,
     len: usize,
-    /// What to release: the mmap'd range (Linux) or the allocation's layout.
-    release: Release,
-}
-
-/// How a [`Mapping`] is given back.
-enum Release {
+    /// The whole range `mmap` returned (`base` is its first huge-page boundary).
     #[cfg(target_os = "linux")]
-    Unmap { at: *mut libc::c_void, len: usize },
-    #[cfg_attr(target_os = "linux", allow(dead_code))]
-    Dealloc(std::alloc::Layout),
+    mapped: (*mut libc::c_void, usize),
 }
 
 // SAFETY: the mapping is plain memory owned by this value; the buffers that point into it
@@ -71,7 +66,7 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// A new mapping of at least `len` bytes, asked to be backed by huge pages; `None` when
-    /// the system refuses the memory.
+    /// the system refuses the memory, and off Linux.
     fn new(len: usize) -> Option<Mapping> {
         #[cfg(target_os = "linux")]
         {
@@ -105,35 +100,25 @@ impl Mapping {
             Some(Mapping {
                 base,
                 len,
-                release: Release::Unmap { at, len: total },
+                mapped: (at, total),
             })
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let layout = std::alloc::Layout::from_size_align(len.max(ALIGN), ALIGN).ok()?;
-            // SAFETY: the layout has a non-zero size; a null result is handled.
-            let base = NonNull::new(unsafe { std::alloc::alloc(layout) })?;
-            Some(Mapping {
-                base,
-                len: layout.size(),
-                release: Release::Dealloc(layout),
-            })
+            let _ = len;
+            None
         }
     }
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for Mapping {
     fn drop(&mut self) {
-        match self.release {
-            #[cfg(target_os = "linux")]
-            // SAFETY: the range is the one `mmap` returned in `Mapping::new`, unmapped once,
-            // here; no buffer points into it any more (each holds an `Arc` of this value).
-            Release::Unmap { at, len } => unsafe {
-                libc::munmap(at, len);
-            },
-            // SAFETY: allocated with this layout in `Mapping::new`, freed once, here; no
-            // buffer points into it any more (as above).
-            Release::Dealloc(layout) => unsafe { std::alloc::dealloc(self.base.as_ptr(), layout) },
+        let (at, len) = self.mapped;
+        // SAFETY: the range is the one `mmap` returned in `Mapping::new`, unmapped once,
+        // here; no buffer points into it any more (each holds an `Arc` of this value).
+        unsafe {
+            libc::munmap(at, len);
         }
     }
 }
@@ -336,6 +321,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn adopted_buffers_keep_their_values_and_alignment() {
         let mut arena = WeightArena::new();
         let mut a: WeightBuf<f32> = (0..1000).map(|i| i as f32 * 0.5).collect::<Vec<_>>().into();
@@ -372,6 +358,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn a_buffer_larger_than_a_mapping_gets_its_own() {
         let mut arena = WeightArena::with_mapping_len(4096);
         let mut small: WeightBuf<u8> = vec![1u8; 10].into();
