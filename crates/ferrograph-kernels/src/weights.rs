@@ -124,7 +124,7 @@ impl Drop for Mapping {
 }
 
 /// The weight buffers of a model, packed one after another (cache-line aligned) into shared
-/// mappings backed by huge pages. [`WeightArena::adopt`] moves a matrix's buffers in; the
+/// mappings backed by huge pages. [`crate::QMatrix::move_into`] moves a matrix's buffers in; the
 /// mappings stay alive as long as any buffer in them does.
 pub struct WeightArena {
     /// Bytes to reserve per mapping (at least; more for a larger buffer).
