@@ -45,16 +45,19 @@ const ADOPT_MAX: usize = 8 << 20;
 /// are only backed once written, so what is reserved and not used costs nothing.
 const MAPPING: usize = 256 << 20;
 
-/// A huge-page-aligned anonymous mapping that arena buffers point into; unmapped when the last
-/// buffer and the arena are dropped. Linux only: elsewhere there is no huge-page advice to
-/// gain from, and [`Mapping::new`] declines (the buffers stay where they are).
+/// A huge-page-aligned run of an anonymous mapping (`memmap2`) that arena buffers point
+/// into; unmapped when the last buffer and the arena are dropped. Linux only: elsewhere there
+/// is no huge-page advice to gain from, and [`Mapping::new`] declines (the buffers stay where
+/// they are).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Mapping {
+    /// The first huge-page boundary of `map`.
     base: NonNull<u8>,
+    /// Bytes from `base` to the end of `map`'s aligned run.
     len: usize,
-    /// The whole range `mmap` returned (`base` is its first huge-page boundary).
+    /// The mapping itself, owned here so that it lives as long as `base` is used.
     #[cfg(target_os = "linux")]
-    mapped: (*mut libc::c_void, usize),
+    _map: memmap2::MmapMut,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; the buffers that point into it
@@ -72,53 +75,24 @@ impl Mapping {
         {
             const HUGE: usize = 2 << 20;
             let len = len.checked_next_multiple_of(HUGE)?;
-            let total = len.checked_add(HUGE)?;
-            // SAFETY: an anonymous private mapping at an address the kernel picks, with no
-            // file; the result is checked before use.
-            let at = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    total,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if at == libc::MAP_FAILED {
-                return None;
+            // One huge page more than asked for, to start at a huge-page boundary.
+            let mut map = memmap2::MmapMut::map_anon(len.checked_add(HUGE)?).ok()?;
+            let skip = (map.as_ptr() as usize).next_multiple_of(HUGE) - map.as_ptr() as usize;
+            if let Err(e) = map.advise_range(memmap2::Advice::HugePage, skip, len) {
+                // THP off or compiled out: only speed is lost.
+                tracing::debug!(len, error = %e, "no huge pages for the weight arena");
             }
-            let start = (at as usize).next_multiple_of(HUGE);
-            let base = NonNull::new(start as *mut u8)?;
-            // SAFETY: `start..start + len` lies inside the mapping just made (it was made one
-            // huge page longer than `len` for this alignment); the advice only changes how
-            // the kernel backs the pages, and a refusal (THP off) only loses speed.
-            let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
-            if rc != 0 {
-                tracing::debug!(len, "madvise(MADV_HUGEPAGE) refused for the weight arena");
-            }
+            let base = NonNull::new(map[skip..].as_mut_ptr())?;
             Some(Mapping {
                 base,
                 len,
-                mapped: (at, total),
+                _map: map,
             })
         }
         #[cfg(not(target_os = "linux"))]
         {
             let _ = len;
             None
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        let (at, len) = self.mapped;
-        // SAFETY: the range is the one `mmap` returned in `Mapping::new`, unmapped once,
-        // here; no buffer points into it any more (each holds an `Arc` of this value).
-        unsafe {
-            libc::munmap(at, len);
         }
     }
 }
