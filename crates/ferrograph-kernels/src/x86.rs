@@ -816,8 +816,17 @@ pub(crate) mod x16_avx512 {
         /// The features; both groups' values of block `blk` readable.
         unsafe fn load(self, blk: usize, nb: usize) -> __m512;
 
+        /// Where the first group's values start.
+        fn base(self) -> *const u8;
+
         /// Where block `blk`'s values of the first and second group start.
-        fn at(self, blk: usize, nb: usize) -> [*const u8; 2];
+        fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
+            let b = self.base();
+            [
+                b.wrapping_add(8 * blk * Self::SIZE),
+                b.wrapping_add(8 * (nb + blk) * Self::SIZE),
+            ]
+        }
     }
 
     /// `f32` values.
@@ -839,11 +848,8 @@ pub(crate) mod x16_avx512 {
             }
         }
 
-        fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
-            [
-                self.0.wrapping_add(8 * blk).cast(),
-                self.0.wrapping_add(8 * (nb + blk)).cast(),
-            ]
+        fn base(self) -> *const u8 {
+            self.0.cast()
         }
     }
 
@@ -865,11 +871,8 @@ pub(crate) mod x16_avx512 {
             }
         }
 
-        fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
-            [
-                self.0.wrapping_add(8 * blk).cast(),
-                self.0.wrapping_add(8 * (nb + blk)).cast(),
-            ]
+        fn base(self) -> *const u8 {
+            self.0.cast()
         }
     }
 
