@@ -5,8 +5,9 @@
 //! - prefill at [`PREFILL`] prompt tokens, and decode at [`DEPTHS`] tokens of context, against
 //!   `llama-bench` (`pp` and `tg` at `-d` depth; its own repetitions and warm-up);
 //! - aggregate decode with [`CONCURRENCY`] sequences at once (ours: one batched pass per
-//!   step; three passes over the levels per round, medians), against `llama-server --parallel N` sent the same number of requests at once
-//!   (greedy, end-of-sequence ignored, prompt cache off);
+//!   step; three passes over the levels per round, medians), against `llama-server
+//!   --parallel N` sent the same number of requests at once (greedy, end-of-sequence
+//!   ignored, prompt cache off);
 //! - peak resident memory: ours is this process's high-water mark after all of the above;
 //!   llama.cpp's that of `llama-bench` over the same prefill and decode shapes.
 //!

@@ -15,7 +15,7 @@
 
 /// Huge page size on x86-64 and most aarch64 kernels.
 #[cfg(target_os = "linux")]
-const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// Asks the kernel to back the whole 2 MiB pages inside `v`'s allocated capacity with
 /// transparent huge pages. Call it on a freshly reserved buffer, before filling it, so that

@@ -550,21 +550,13 @@ impl QMatrix {
             ),
             Packed::U4x8Half { d, m, q } => (
                 Scales::F16(d),
-                Some(if m.is_empty() {
-                    Scales::F16Times(d, Q4_0_OFFSET_PER_SCALE)
-                } else {
-                    Scales::F16(m)
-                }),
+                Some(half_offsets(d, m, Q4_0_OFFSET_PER_SCALE)),
                 None,
                 GroupQuants::Nibbles(q),
             ),
             Packed::U5x8 { d, m, q, h } => (
                 Scales::F16(d),
-                Some(if m.is_empty() {
-                    Scales::F16Times(d, Q5_0_OFFSET_PER_SCALE)
-                } else {
-                    Scales::F16(m)
-                }),
+                Some(half_offsets(d, m, Q5_0_OFFSET_PER_SCALE)),
                 None,
                 GroupQuants::Nibbles5(q, h),
             ),
@@ -811,6 +803,16 @@ fn half_scales(
         half_per_block(m, rows, nb)?
     };
     Some((dh, mh))
+}
+
+/// The offsets [`half_scales`] kept: stored, or each the scale times `derived` where none
+/// were stored.
+fn half_offsets<'a>(d: &'a [u16], m: &'a [u16], derived: f32) -> Scales<'a> {
+    if m.is_empty() {
+        Scales::F16Times(d, derived)
+    } else {
+        Scales::F16(m)
+    }
 }
 
 /// The quants of [`Interleaved`] rows.

@@ -73,7 +73,7 @@ impl Mapping {
     fn new(len: usize) -> Option<Mapping> {
         #[cfg(target_os = "linux")]
         {
-            const HUGE: usize = 2 << 20;
+            use crate::hugepages::HUGE_PAGE as HUGE;
             let len = len.checked_next_multiple_of(HUGE)?;
             // One huge page more than asked for, to start at a huge-page boundary.
             let mut map = memmap2::MmapMut::map_anon(len.checked_add(HUGE)?).ok()?;
@@ -188,7 +188,8 @@ impl WeightArena {
     }
 }
 
-/// A read-only run of `T` inside an arena mapping.
+/// A read-only run of `T` inside an arena mapping; a clone shares it (it is never written).
+#[derive(Clone)]
 pub struct ArenaSlice<T> {
     ptr: NonNull<T>,
     len: usize,
@@ -203,7 +204,9 @@ unsafe impl<T: WeightElem> Sync for ArenaSlice<T> {}
 
 /// A buffer of repacked weights: a `Vec` while a matrix is built, then possibly a slice of a
 /// [`WeightArena`]. Reads go through `Deref` to `[T]`; [`WeightBuf::vec_mut`] gives a `Vec`
-/// to change (copying out of the arena first, if need be).
+/// to change (copying out of the arena first, if need be). A clone copies a `Vec` and shares
+/// an arena slice.
+#[derive(Clone)]
 pub struct WeightBuf<T: WeightElem> {
     /// The values when not in an arena (empty when they are).
     heap: Vec<T>,
@@ -218,14 +221,6 @@ impl<T: WeightElem> WeightBuf<T> {
             self.heap = a.to_vec();
         }
         &mut self.heap
-    }
-
-    /// The values as a `Vec` (a copy when in an arena).
-    pub fn into_vec(self) -> Vec<T> {
-        match self.arena {
-            Some(a) => a.to_vec(),
-            None => self.heap,
-        }
     }
 
     /// Whether the buffer lives in an arena.
@@ -260,26 +255,6 @@ impl<T: WeightElem> From<Vec<T>> for WeightBuf<T> {
         WeightBuf {
             heap: v,
             arena: None,
-        }
-    }
-}
-
-impl<T: WeightElem> Default for WeightBuf<T> {
-    fn default() -> Self {
-        WeightBuf::from(Vec::new())
-    }
-}
-
-impl<T: WeightElem> Clone for WeightBuf<T> {
-    /// A copy shares an arena slice (it is never written) and copies a `Vec`.
-    fn clone(&self) -> Self {
-        WeightBuf {
-            heap: self.heap.clone(),
-            arena: self.arena.as_ref().map(|a| ArenaSlice {
-                ptr: a.ptr,
-                len: a.len,
-                _mapping: a._mapping.clone(),
-            }),
         }
     }
 }
