@@ -357,6 +357,55 @@ fn read_content(path: &Path, file: &mut std::fs::File) -> Result<gguf_file::Cont
     .map_err(|e| LlmError::invalid(path, format!("malformed GGUF: {e}")))
 }
 
+/// Reads the GGUF header at `path` and checks that every tensor's data lies inside the file:
+/// the check a model setting gets before any run starts, so that a truncated download or copy
+/// fails the command instead of every model call of a run. Reads the header only.
+pub(crate) fn check_gguf_file(path: &Path) -> Result<(), LlmError> {
+    if !path.exists() {
+        return Err(LlmError::ModelMissing {
+            path: path.to_path_buf(),
+            name: fetch_name(path),
+        });
+    }
+    let io = |source| LlmError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let ct = read_content(path, &mut file)?;
+    // The first tensor, in file order, whose data runs past the end (the one a cut hit).
+    let past_end = ct
+        .tensor_infos
+        .iter()
+        .map(|(name, info)| {
+            let dtype = info.ggml_dtype;
+            let bytes =
+                (info.shape.elem_count() / dtype.block_size()) as u64 * dtype.type_size() as u64;
+            let end = ct
+                .tensor_data_offset
+                .saturating_add(info.offset)
+                .saturating_add(bytes);
+            (info.offset, name, end)
+        })
+        .filter(|&(_, _, end)| end > len)
+        .min();
+    if let Some((_, name, end)) = past_end {
+        let again = match crate::manifest::name_for_path(path) {
+            Some(model) => format!("fetch it again (`ferrograph models fetch {model}`)"),
+            None => "copy it again".to_string(),
+        };
+        return Err(LlmError::invalid(
+            path,
+            format!(
+                "tensor {name} ends at byte {end}, past the end of the file ({len} bytes): \
+                 the file is truncated; {again}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// KV cache bytes per position of candle's models for this GGUF: `f32` keys and values of
 /// every key/value head in every layer (0 when the shape is not in the metadata).
 fn candle_kv_bytes_per_token(ct: &gguf_file::Content, arch: &str) -> usize {

@@ -284,26 +284,6 @@ fn local_model_path(model: Option<&str>) -> Result<PathBuf, LlmError> {
     }
 }
 
-/// Refuses a file that is not a GGUF model (its first four bytes are `GGUF`), when it is
-/// configured rather than on the first call, where it used to end up as a run that
-/// "completed" on fallbacks.
-fn check_gguf(path: &Path) -> Result<(), LlmError> {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic));
-    match read {
-        Ok(()) if &magic == b"GGUF" => Ok(()),
-        Ok(()) => Err(LlmError::Config(format!(
-            "{} is not a GGUF model (it does not start with `GGUF`)",
-            path.display()
-        ))),
-        Err(e) => Err(LlmError::Config(format!(
-            "{} cannot be read as a GGUF model: {e}",
-            path.display()
-        ))),
-    }
-}
-
 /// The chat model `provider` describes: a [`LocalChatModel`] (loaded lazily on the first
 /// call) or, with the `remote` feature, a [`RemoteChatModel`](crate::remote::RemoteChatModel).
 /// Without the feature a remote provider is [`LlmError::Config`].
@@ -311,7 +291,7 @@ pub fn chat_model_from_config(provider: &Provider) -> Result<Arc<dyn ChatModel>,
     match provider {
         Provider::Local { model, device } => {
             let path = local_model_path(model.as_deref())?;
-            check_gguf(&path)?;
+            crate::engine::check_gguf_file(&path)?;
             let load = LoadOptions {
                 device: *device,
                 ..LoadOptions::default()
