@@ -42,6 +42,14 @@ pub(crate) const KEY_BLOCK: usize = 16;
 pub(crate) const KEY_CHUNK: usize = 256;
 /// Query rows computed together.
 const TILE: usize = 4;
+/// How many key blocks ahead a unit of one tile (a decode step's rows) asks for the blocks it
+/// will read. One key/value head's blocks lie `kv_heads` blocks apart (12 KiB for SmolLM2),
+/// each 4 KiB (16 positions of 64 dimensions, keys then values, half floats), so every block
+/// starts on a page the CPU's stream prefetcher has not seen. Measured on SmolLM2 after a
+/// 2,000-token prompt, 1 thread, alternated in one process: four sequences decode 129-135
+/// tok/s with it against 123-126 without (the caches, 46 MiB a sequence, then live in
+/// memory); one sequence, whose cache stays in the last-level cache, the same.
+const PREFETCH_BLOCKS: usize = 4;
 /// Tokens per unit of attention work during prefill.
 const ATTN_ROWS: usize = 32;
 /// Below this many multiply-adds in a pass (query head and key pairs times the head
@@ -234,6 +242,20 @@ impl KvCache {
             }
         }
         self.len = total;
+    }
+
+    /// Asks for the cache lines of block `b` of key/value head `g` (a hint: nothing when the
+    /// block is not held).
+    fn prefetch_block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) {
+        let len = 2 * hd * KEY_BLOCK;
+        let Some(at) = b
+            .checked_sub(self.first)
+            .map(|b| (b * kv_heads + g) * len)
+            .filter(|at| at + len <= self.data.len())
+        else {
+            return;
+        };
+        crate::prefetch_lines(self.data[at..].as_ptr().cast(), 0, len * 2 / 64);
     }
 
     /// Block `b` of key/value head `g`: its transposed keys and its values.
@@ -677,6 +699,7 @@ fn unit_states(
                     &scratch.q,
                     &span,
                     keys,
+                    rows <= TILE,
                     &mut scratch.chunk,
                 );
             }
@@ -726,10 +749,18 @@ fn chunk_state(
     qs: &[f32],
     span: &[Range<usize>; TILE],
     keys: Range<usize>,
+    ahead: bool,
     st: &mut TileState,
 ) {
     let (hd, kv_heads) = (shape.hd, shape.kv_heads);
     let blocks = keys.start / KEY_BLOCK..keys.end.div_ceil(KEY_BLOCK);
+    // With `ahead` (one tile: every block is read once), the blocks `PREFETCH_BLOCKS` on
+    // from each one read, the first ones at once.
+    if ahead {
+        for b in blocks.start..blocks.start + PREFETCH_BLOCKS {
+            cache.prefetch_block(b, g, kv_heads, hd);
+        }
+    }
     // Each block's softmax steps and values, in block order.
     let mut finish = |b: usize, mut p: [[f32; KEY_BLOCK]; TILE]| {
         let j0 = b * KEY_BLOCK;
@@ -767,6 +798,11 @@ fn chunk_state(
     };
     let mut b = blocks.start;
     while b < blocks.end {
+        if ahead {
+            for a in b + PREFETCH_BLOCKS..b + PREFETCH_BLOCKS + 2 {
+                cache.prefetch_block(a, g, kv_heads, hd);
+            }
+        }
         // Scores do not depend on the softmax's state: two blocks' at once where the
         // registers allow.
         if let Some([pa, pb]) = (b + 1 < blocks.end)
