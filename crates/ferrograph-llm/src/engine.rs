@@ -357,23 +357,36 @@ fn read_content(path: &Path, file: &mut std::fs::File) -> Result<gguf_file::Cont
     .map_err(|e| LlmError::invalid(path, format!("malformed GGUF: {e}")))
 }
 
-/// Reads the GGUF header at `path` and checks that every tensor's data lies inside the file:
-/// the check a model setting gets before any run starts, so that a truncated download or copy
-/// fails the command instead of every model call of a run. Reads the header only.
-pub(crate) fn check_gguf_file(path: &Path) -> Result<(), LlmError> {
+/// Opens the GGUF at `path` and reads its header: a missing file is
+/// [`LlmError::ModelMissing`] (naming the fetch command), an unreadable or malformed one
+/// [`LlmError::Io`] or [`LlmError::InvalidModel`].
+fn open_gguf(path: &Path) -> Result<(std::fs::File, gguf_file::Content), LlmError> {
     if !path.exists() {
         return Err(LlmError::ModelMissing {
             path: path.to_path_buf(),
             name: fetch_name(path),
         });
     }
-    let io = |source| LlmError::Io {
+    let mut file = std::fs::File::open(path).map_err(|source| LlmError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    })?;
     let ct = read_content(path, &mut file)?;
+    Ok((file, ct))
+}
+
+/// Reads the GGUF header at `path` and checks that every tensor's data lies inside the file:
+/// the check a model setting gets before any run starts, so that a truncated download or copy
+/// fails the command instead of every model call of a run. Reads the header only.
+pub(crate) fn check_gguf_file(path: &Path) -> Result<(), LlmError> {
+    let (file, ct) = open_gguf(path)?;
+    let len = file
+        .metadata()
+        .map_err(|source| LlmError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
     // The first tensor, in file order, whose data runs past the end (the one a cut hit).
     let past_end = ct
         .tensor_infos
@@ -452,17 +465,7 @@ impl Engine {
     /// ones.
     pub fn load(path: &Path, options: &LoadOptions) -> Result<Self, LlmError> {
         let start = Instant::now();
-        if !path.exists() {
-            return Err(LlmError::ModelMissing {
-                path: path.to_path_buf(),
-                name: fetch_name(path),
-            });
-        }
-        let mut file = std::fs::File::open(path).map_err(|source| LlmError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut ct = read_content(path, &mut file)?;
+        let (file, mut ct) = open_gguf(path)?;
         let arch = md_str(&ct, "general.architecture")
             .ok_or_else(|| LlmError::invalid(path, "no general.architecture"))?;
         if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {

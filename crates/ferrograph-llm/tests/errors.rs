@@ -17,6 +17,19 @@ fn gguf_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// The start of a version 3 GGUF declaring `tensors` tensors and one metadata entry,
+/// `general.architecture` = `arch` (the tensor infos follow).
+fn gguf_header(tensors: u64, arch: &str) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&tensors.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
+    gguf_string(&mut b, "general.architecture");
+    b.extend_from_slice(&8u32.to_le_bytes()); // string
+    gguf_string(&mut b, arch);
+    b
+}
+
 #[test]
 fn missing_model_names_the_fetch_command() {
     let err = Engine::load(
@@ -54,13 +67,7 @@ fn garbage_is_an_invalid_model() {
 
 #[test]
 fn unsupported_architecture_lists_the_supported_ones() {
-    let mut b = b"GGUF".to_vec();
-    b.extend_from_slice(&3u32.to_le_bytes());
-    b.extend_from_slice(&0u64.to_le_bytes()); // tensors
-    b.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
-    gguf_string(&mut b, "general.architecture");
-    b.extend_from_slice(&8u32.to_le_bytes()); // string
-    gguf_string(&mut b, "mamba");
+    let b = gguf_header(0, "mamba");
     let err = Engine::load(&temp_file("mamba.gguf", &b), &LoadOptions::default()).unwrap_err();
     let text = err.to_string();
     assert!(
@@ -76,13 +83,7 @@ fn unsupported_architecture_lists_the_supported_ones() {
 /// A GGUF header that declares one `f32` tensor of 32 x 4 (512 bytes of data) and holds only
 /// `data` bytes of it: what an interrupted download or copy leaves.
 fn gguf_with_tensor_data(data: usize) -> Vec<u8> {
-    let mut b = b"GGUF".to_vec();
-    b.extend_from_slice(&3u32.to_le_bytes());
-    b.extend_from_slice(&1u64.to_le_bytes()); // tensors
-    b.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
-    gguf_string(&mut b, "general.architecture");
-    b.extend_from_slice(&8u32.to_le_bytes()); // string
-    gguf_string(&mut b, "llama");
+    let mut b = gguf_header(1, "llama");
     gguf_string(&mut b, "token_embd.weight");
     b.extend_from_slice(&2u32.to_le_bytes()); // dimensions
     b.extend_from_slice(&32u64.to_le_bytes());
