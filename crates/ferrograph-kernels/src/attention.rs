@@ -246,22 +246,25 @@ impl KvCache {
     /// Asks for the cache lines of block `b` of key/value head `g` (a hint: nothing when the
     /// block is not held).
     fn prefetch_block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) {
-        let len = 2 * hd * KEY_BLOCK;
-        let Some(at) = b
-            .checked_sub(self.first)
-            .map(|b| (b * kv_heads + g) * len)
-            .filter(|at| at + len <= self.data.len())
-        else {
+        if b < self.first {
             return;
-        };
-        crate::prefetch_lines(self.data[at..].as_ptr().cast(), 0, len * 2 / 64);
+        }
+        if let Some(block) = self.data.get(self.block_span(b, g, kv_heads, hd)) {
+            crate::prefetch_lines(block.as_ptr().cast(), 0, std::mem::size_of_val(block) / 64);
+        }
     }
 
     /// Block `b` of key/value head `g`: its transposed keys and its values.
     /// Block `b` must still be held (`b >= first`): attention reads only blocks its rows see.
     fn block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> (&[u16], &[u16]) {
-        let at = ((b - self.first) * kv_heads + g) * 2 * hd * KEY_BLOCK;
-        self.data[at..at + 2 * hd * KEY_BLOCK].split_at(hd * KEY_BLOCK)
+        self.data[self.block_span(b, g, kv_heads, hd)].split_at(hd * KEY_BLOCK)
+    }
+
+    /// Where block `b` (`b >= first`) of key/value head `g` lies in `data`.
+    fn block_span(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> Range<usize> {
+        let len = 2 * hd * KEY_BLOCK;
+        let at = ((b - self.first) * kv_heads + g) * len;
+        at..at + len
     }
 }
 
@@ -686,6 +689,16 @@ fn unit_states(
         let lo = span[..live].iter().map(|x| x.start).min().unwrap_or(0);
         let hi = span[..live].iter().map(|x| x.end).max().unwrap_or(0);
         scratch.fold.clear();
+        // One tile (a decode step's rows) reads each block once: its first blocks are asked
+        // for here, and `chunk_state` asks for each later one `PREFETCH_BLOCKS` early (past
+        // its chunk's end, so into the next chunk's).
+        let ahead = rows <= TILE;
+        if ahead {
+            let first = (u.chunks.start * KEY_CHUNK).max(lo) / KEY_BLOCK;
+            for b in first..first + PREFETCH_BLOCKS {
+                s.cache.prefetch_block(b, u.g, shape.kv_heads, hd);
+            }
+        }
         for (ci, c) in u.chunks.clone().enumerate() {
             let keys = (c * KEY_CHUNK).max(lo)..((c + 1) * KEY_CHUNK).min(hi);
             scratch.chunk.clear();
@@ -698,7 +711,7 @@ fn unit_states(
                     &scratch.q,
                     &span,
                     keys,
-                    rows <= TILE,
+                    ahead,
                     &mut scratch.chunk,
                 );
             }
@@ -753,13 +766,6 @@ fn chunk_state(
 ) {
     let (hd, kv_heads) = (shape.hd, shape.kv_heads);
     let blocks = keys.start / KEY_BLOCK..keys.end.div_ceil(KEY_BLOCK);
-    // With `ahead` (one tile: every block is read once), the blocks `PREFETCH_BLOCKS` on
-    // from each one read, the first ones at once.
-    if ahead {
-        for b in blocks.start..blocks.start + PREFETCH_BLOCKS {
-            cache.prefetch_block(b, g, kv_heads, hd);
-        }
-    }
     // Each block's softmax steps and values, in block order.
     let mut finish = |b: usize, mut p: [[f32; KEY_BLOCK]; TILE]| {
         let j0 = b * KEY_BLOCK;
@@ -797,6 +803,7 @@ fn chunk_state(
     };
     let mut b = blocks.start;
     while b < blocks.end {
+        // With `ahead`, the blocks `PREFETCH_BLOCKS` on from the ones read now.
         if ahead {
             for a in b + PREFETCH_BLOCKS..b + PREFETCH_BLOCKS + 2 {
                 cache.prefetch_block(a, g, kv_heads, hd);
