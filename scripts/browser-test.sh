@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-browser.sh
 
 echo "== building the test server"
-cargo build -q -p ferrograph-server --example console_server
+# The whole workspace's targets, as scripts/test.sh builds them (nothing to do after it): a
+# build of this package alone would resolve features differently and rebuild the workspace.
+cargo build -q --workspace --all-targets
 target_dir="${CARGO_TARGET_DIR:-target}"
 bin="$target_dir/debug/examples/console_server"
 

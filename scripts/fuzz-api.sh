@@ -29,7 +29,8 @@ if [ ! -x "$venv/bin/schemathesis" ] \
 fi
 
 echo "== building the test server"
-cargo build -q -p ferrograph-server --example console_server
+# As scripts/test.sh builds it (see scripts/browser-test.sh).
+cargo build -q --workspace --all-targets
 bin="$target_dir/debug/examples/console_server"
 
 work="$(mktemp -d /tmp/ferrograph-fuzz.XXXXXX)"

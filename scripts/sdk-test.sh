@@ -33,7 +33,8 @@ bash scripts/setup-browser.sh >/dev/null
 bash scripts/setup-chat-ui.sh
 
 echo "== building ferrograph"
-cargo build -q -p ferrograph-cli
+# As scripts/test.sh builds it (see scripts/browser-test.sh).
+cargo build -q --workspace --all-targets
 bin="$target_dir/debug/ferrograph"
 # The triage run uses the real SmolLM2 (fetched into models/, sha256-checked).
 bash scripts/fetch-models.sh >/dev/null

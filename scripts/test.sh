@@ -31,6 +31,12 @@ bash scripts/setup-llama-server.sh
 disk
 
 echo "== cargo test"
+# One build of every target first, the example servers and the CLI binary included: the later
+# stages (browser, fuzz, SDK tests) run those binaries, and building them with a narrower
+# `cargo build -p ...` resolves the workspace's features differently, which rebuilt every
+# workspace crate a second time (about 6 minutes and 3 GB of target on 2 cores; one CI run
+# ran out of disk while linking). After this build, `cargo test` and those stages build nothing.
+cargo build --workspace --all-targets
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 disk
