@@ -772,8 +772,11 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
             let (ks, kt) = std::mem::take(&mut k_rest).split_at_mut(n * kv);
             let (vs, vt) = v_rest.split_at(n * kv);
             (q_rest, k_rest, v_rest) = (qt, kt, vt);
+            let (this, later) = it.model.cache[li..].split_at_mut(1);
             work.push(SeqRope {
-                cache: &mut it.model.cache[li],
+                cache: &mut this[0],
+                next: later.first(),
+                pos: it.pos,
                 q: qs,
                 k: ks,
                 v: vs,
@@ -788,6 +791,9 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
                 rope(s.q, hd, &s.table.cos, &s.table.sin, neox);
                 rope(s.k, hd, &s.table.cos, &s.table.sin, neox);
                 s.cache.append(s.k, s.v, cfg.kv_heads, hd);
+                if let Some(next) = s.next {
+                    next.prefetch_append(s.pos, s.k.len() / kv, cfg.kv_heads, hd);
+                }
             }
         });
         drop(work);
@@ -857,6 +863,11 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
 /// One sequence's share of a layer's rotations and cache append in [`forward_batch`].
 struct SeqRope<'a> {
     cache: &'a mut KvCache,
+    /// The next layer's cache, whose lines for the same positions this thread asks for now
+    /// (it appends to it in the next layer).
+    next: Option<&'a KvCache>,
+    /// The sequence's first new position.
+    pos: usize,
     q: &'a mut [f32],
     k: &'a mut [f32],
     v: &'a [f32],
