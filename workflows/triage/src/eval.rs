@@ -25,6 +25,18 @@ pub enum EvalError {
         /// Why.
         source: std::io::Error,
     },
+    /// A relative case-file path that does not exist from the current folder (the default,
+    /// `tests/eval/triage-cases.toml`, is relative to the repository's root).
+    #[error(
+        "there is no case file {path} in {cwd}: run `ferrograph eval triage` from the \
+         repository's root, or give the file with --cases"
+    )]
+    NotHere {
+        /// The file, as given.
+        path: PathBuf,
+        /// The folder it was looked for in.
+        cwd: PathBuf,
+    },
     /// The case file is not valid TOML of the expected shape.
     #[error("the case file {path} is malformed: {source}")]
     Parse {
@@ -110,9 +122,17 @@ struct CaseFile {
 
 /// Reads and checks a case file.
 pub fn load_cases(path: &Path) -> Result<Vec<EvalCase>, EvalError> {
-    let text = std::fs::read_to_string(path).map_err(|source| EvalError::Read {
-        path: path.to_path_buf(),
-        source,
+    let text = std::fs::read_to_string(path).map_err(|source| match std::env::current_dir() {
+        Ok(cwd) if path.is_relative() && source.kind() == std::io::ErrorKind::NotFound => {
+            EvalError::NotHere {
+                path: path.to_path_buf(),
+                cwd,
+            }
+        }
+        _ => EvalError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
     })?;
     parse_cases(&text, path)
 }
@@ -713,6 +733,22 @@ fixed_files = ["demo/core.py"]
 title = "crash"
 issue = "it crashes"
 "#;
+
+    #[test]
+    fn a_missing_case_file_says_where_it_was_looked_for() {
+        let rel = Path::new("no/such/folder/triage-cases.toml");
+        match load_cases(rel) {
+            Err(e @ EvalError::NotHere { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("no/such/folder/triage-cases.toml"), "{text}");
+                assert!(text.contains("repository's root") && text.contains("--cases"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // An absolute path that is missing stays a read error, with the system's reason.
+        let abs = std::env::temp_dir().join("ferrograph-no-such-case-file.toml");
+        assert!(matches!(load_cases(&abs), Err(EvalError::Read { .. })));
+    }
 
     #[test]
     fn cases_parse_and_bad_cases_are_refused() {
