@@ -257,14 +257,10 @@ impl KvCache {
             return;
         }
         for j in pos..pos + n {
-            let b = j / KEY_BLOCK;
-            if b < self.first {
-                continue;
-            }
-            let lane = j % KEY_BLOCK;
+            let (b, lane) = (j / KEY_BLOCK, j % KEY_BLOCK);
             for g in 0..kv_heads {
-                let Some(block) = self.data.get(self.block_span(b, g, kv_heads, hd)) else {
-                    return;
+                let Some(block) = self.held_block(b, g, kv_heads, hd) else {
+                    continue;
                 };
                 let (keys, values) = block.split_at(hd * KEY_BLOCK);
                 // Two rows of sixteen lanes per 64-byte line.
@@ -278,12 +274,18 @@ impl KvCache {
     /// Asks for the cache lines of block `b` of key/value head `g` (a hint: nothing when the
     /// block is not held).
     fn prefetch_block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) {
-        if b < self.first {
-            return;
-        }
-        if let Some(block) = self.data.get(self.block_span(b, g, kv_heads, hd)) {
+        if let Some(block) = self.held_block(b, g, kv_heads, hd) {
             crate::prefetch_lines(block.as_ptr().cast(), 0, std::mem::size_of_val(block) / 64);
         }
+    }
+
+    /// Block `b` of key/value head `g` (keys then values) if it is held: not dropped from
+    /// the front, not past the end.
+    fn held_block(&self, b: usize, g: usize, kv_heads: usize, hd: usize) -> Option<&[u16]> {
+        if b < self.first {
+            return None;
+        }
+        self.data.get(self.block_span(b, g, kv_heads, hd))
     }
 
     /// Block `b` of key/value head `g`: its transposed keys and its values.
