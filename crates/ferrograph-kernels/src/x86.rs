@@ -883,12 +883,15 @@ pub(crate) mod x16_avx512 {
         Times(f32),
     }
 
-    /// Asks for the line holding block `blk`'s values of both groups once, when the first
-    /// block in that line comes up (a line holds 16 / `V::SIZE` blocks' values).
+    /// Asks for the lines holding block `blk`'s values of both groups, every `64 / (8 *
+    /// V::SIZE)` blocks: a line holds that many blocks' values of a group, so a stride of 64
+    /// bytes asks for each line once, however the values are aligned, without testing each
+    /// block's address (which cost the 16-row kernel about 4% at four tokens with the
+    /// weights in cache).
     #[inline]
     fn prefetch_values<V: PairValues>(v: V, blk: usize, nb: usize, ahead: usize) {
-        for p in v.at(blk, nb) {
-            if (p as usize) % 64 < 8 * V::SIZE {
+        if blk.is_multiple_of(64 / (8 * V::SIZE)) {
+            for p in v.at(blk, nb) {
                 crate::prefetch_lines(p, ahead, 1);
             }
         }
