@@ -379,6 +379,8 @@ impl Engine {
                         model: m,
                         tokens: &s.feed,
                         pos: s.pos,
+                        // Refilled in place: its previous logits, about to be replaced.
+                        logits: std::mem::take(&mut s.logits),
                     });
                 }
             }
@@ -425,28 +427,37 @@ impl Engine {
         seqs: &mut [Sequence],
         n: usize,
     ) -> Result<(Duration, Duration), LlmError> {
+        // Each pass's logits go into the sequences, whose buffers the next pass refills, as
+        // the model actor's steps do.
+        fn keep(
+            refs: &mut [&mut Sequence],
+            results: Vec<Result<Vec<f32>, LlmError>>,
+        ) -> Result<(), LlmError> {
+            for (s, l) in refs.iter_mut().zip(results) {
+                s.logits = l?;
+            }
+            Ok(())
+        }
         let start = Instant::now();
         for s in seqs.iter_mut() {
             s.feed = s.history.clone();
         }
         let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
-        let mut logits = self.forward_many(&mut refs);
+        let results = self.forward_many(&mut refs);
+        keep(&mut refs, results)?;
         let prefill = start.elapsed();
         let start = Instant::now();
         for step in 0..n {
-            for (s, l) in refs.iter_mut().zip(&logits) {
-                let l = l.as_ref().map_err(|e| LlmError::Backend(e.to_string()))?;
+            for s in refs.iter_mut() {
                 if step == 0 {
                     s.pos = s.prompt_len;
                 } else {
                     s.pos += 1;
                 }
-                s.feed = vec![crate::sampling::argmax(l)];
+                s.feed = vec![crate::sampling::argmax(&s.logits)];
             }
-            logits = self.forward_many(&mut refs);
-        }
-        for l in &logits {
-            l.as_ref().map_err(|e| LlmError::Backend(e.to_string()))?;
+            let results = self.forward_many(&mut refs);
+            keep(&mut refs, results)?;
         }
         Ok((prefill, start.elapsed()))
     }

@@ -78,13 +78,17 @@ fn a_batched_pass_gives_each_sequence_its_logits_alone() {
         .map(|(m, (toks, pos))| m.clone().forward(toks, *pos).unwrap())
         .collect();
     let mut batched_states = states.clone();
+    // Each sequence hands in a used buffer for its logits (shorter or longer than the
+    // vocabulary, full of NaN): what it held must not show.
     let mut items: Vec<BatchItem<'_>> = batched_states
         .iter_mut()
         .zip(&feeds)
-        .map(|(m, (toks, pos))| BatchItem {
+        .enumerate()
+        .map(|(i, (m, (toks, pos)))| BatchItem {
             model: m,
             tokens: toks,
             pos: *pos,
+            logits: vec![f32::NAN; [0, 7, 49_152, 100_000][i]],
         })
         .collect();
     let batched = forward_batch(&mut items).unwrap();
@@ -122,17 +126,21 @@ fn a_batched_pass_gives_each_sequence_its_logits_alone() {
         .collect();
     let mut outs: Vec<Vec<u32>> = vec![Vec::new(); 3];
     let mut feed: Vec<(Vec<u32>, usize)> = prompts.iter().map(|p| (p.clone(), 0)).collect();
+    // Each step refills the last step's buffers, as the model actor does.
+    let mut logits: Vec<Vec<f32>> = vec![Vec::new(); 3];
     for _ in 0..24 {
         let mut items: Vec<BatchItem<'_>> = ms
             .iter_mut()
             .zip(&feed)
-            .map(|(m, (toks, pos))| BatchItem {
+            .zip(logits.iter_mut())
+            .map(|((m, (toks, pos)), l)| BatchItem {
                 model: m,
                 tokens: toks,
                 pos: *pos,
+                logits: std::mem::take(l),
             })
             .collect();
-        let logits = forward_batch(&mut items).unwrap();
+        logits = forward_batch(&mut items).unwrap();
         for (i, l) in logits.iter().enumerate() {
             let t = argmax(l);
             outs[i].push(t);
@@ -157,6 +165,7 @@ fn a_long_prompt_in_passes_gives_the_logits_of_one_pass() {
         model: &mut whole,
         tokens: &prompt,
         pos: 0,
+        logits: Vec::new(),
     }])
     .unwrap()
     .pop()
@@ -179,11 +188,13 @@ fn a_batch_of_two_models_is_refused() {
             model: &mut a,
             tokens: &t,
             pos: 0,
+            logits: Vec::new(),
         },
         BatchItem {
             model: &mut b,
             tokens: &t,
             pos: 0,
+            logits: Vec::new(),
         },
     ];
     let err = forward_batch(&mut items).unwrap_err();
