@@ -13,6 +13,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ferrograph_kernels::{detected_isa, matmul_with, pool::Pool, GgufType, QAct, QMatrix};
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
 
 /// SmolLM2-135M's hidden size, the products' input features.
 const COLS: usize = 576;
@@ -21,7 +23,7 @@ const STREAMED_FFN: usize = 60;
 
 /// A GGUF tensor of `ty` with deterministic pseudo-random quants and small, valid half-float
 /// scales (and minimums for Q4_1), repacked as the model loader repacks it.
-fn matrix(ty: GgufType, rows: usize, seed: &mut u64) -> QMatrix {
+fn matrix(ty: GgufType, rows: usize, rng: &mut StdRng) -> QMatrix {
     let bytes = QMatrix::gguf_bytes(ty, rows, COLS).expect("shape");
     let block = ty.block_bytes();
     let mut data = vec![0u8; bytes];
@@ -35,13 +37,7 @@ fn matrix(ty: GgufType, rows: usize, seed: &mut u64) -> QMatrix {
         } else {
             &mut b[2..]
         };
-        for q in quants {
-            // xorshift64
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            *q = (*seed >> 24) as u8;
-        }
+        rng.fill_bytes(quants);
     }
     QMatrix::from_gguf(ty, rows, COLS, &data).expect("repack")
 }
@@ -63,21 +59,21 @@ fn products(c: &mut Criterion) {
         .unwrap_or(1);
     let pool = Pool::new(threads);
     let isa = detected_isa();
-    let mut seed = 0x9e37_79b9_7f4a_7c15;
+    let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
     let sets: [(&str, Vec<QMatrix>); 3] = [
         (
             "q4_1-1536x576-cached",
-            vec![matrix(GgufType::Q4_1, 1536, &mut seed)],
+            vec![matrix(GgufType::Q4_1, 1536, &mut rng)],
         ),
         (
             "q4_1-1536x576-streamed",
             (0..STREAMED_FFN)
-                .map(|_| matrix(GgufType::Q4_1, 1536, &mut seed))
+                .map(|_| matrix(GgufType::Q4_1, 1536, &mut rng))
                 .collect(),
         ),
         (
             "q8_0-49152x576-streamed",
-            vec![matrix(GgufType::Q8_0, 49152, &mut seed)],
+            vec![matrix(GgufType::Q8_0, 49152, &mut rng)],
         ),
     ];
     let mut group = c.benchmark_group(format!("products/{threads}-thread"));
