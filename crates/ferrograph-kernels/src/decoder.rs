@@ -15,7 +15,7 @@
 //! prompt prefix snapshots stay cheap and independent.
 
 use crate as kernels;
-use crate::attention::{attention, AttnSeq, AttnShape, KvCache, SLIDING_SLACK};
+use crate::attention::{attention, AttnSeq, AttnShape, KvCache, SpareCaches, SLIDING_SLACK};
 use crate::ops::{add, add_rows, dot8, exp_approx};
 use crate::{GgufType, QAct, QMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType};
@@ -148,6 +148,8 @@ pub struct DecoderWeights {
     rope_global: Vec<f32>,
     /// Rotary inverse frequencies of the sliding-window layers, when the model has them.
     rope_local: Option<Vec<f32>>,
+    /// KV-cache memory of dropped instances, for new ones.
+    spare: SpareCaches,
 }
 
 impl std::fmt::Debug for DecoderWeights {
@@ -165,6 +167,15 @@ pub struct DecoderModel {
     /// Per layer, the keys (after RoPE) and values of the cached tokens.
     cache: Vec<KvCache>,
     len: usize,
+}
+
+impl Drop for DecoderModel {
+    /// The KV cache's memory goes to the model's spare memory, for the next instance.
+    fn drop(&mut self) {
+        for c in &mut self.cache {
+            c.recycle(&self.w.spare);
+        }
+    }
 }
 
 fn md_usize(ct: &gguf_file::Content, key: &str) -> Result<usize, String> {
@@ -528,6 +539,7 @@ impl DecoderModel {
                 output,
                 rope_global,
                 rope_local,
+                spare: SpareCaches::default(),
             }),
             cache,
             len: 0,
@@ -579,7 +591,11 @@ impl DecoderModel {
         let kv = self.w.cfg.kv_dim();
         Some(DecoderModel {
             w: self.w.clone(),
-            cache: self.cache.iter().map(|c| c.prefix(len, kv)).collect(),
+            cache: self
+                .cache
+                .iter()
+                .map(|c| c.prefix(len, kv, &self.w.spare))
+                .collect(),
             len,
         })
     }
@@ -795,7 +811,7 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
             for s in pieces.iter_mut() {
                 rope(s.q, hd, &s.table.cos, &s.table.sin, neox);
                 rope(s.k, hd, &s.table.cos, &s.table.sin, neox);
-                s.cache.append(s.k, s.v, cfg.kv_heads, hd);
+                s.cache.append(s.k, s.v, cfg.kv_heads, hd, &w.spare);
                 if let Some(next) = s.next {
                     next.prefetch_append(s.pos, s.k.len() / kv, cfg.kv_heads, hd);
                 }
