@@ -133,14 +133,16 @@ const HEADROOM: usize = 256;
 /// VM a fault cost about 12 µs: four fresh sequences of SmolLM2 took 10.7 a decode step,
 /// about 130 µs of a 4.5 ms step on 2 threads, while a lone sequence took none (the
 /// allocator had kept its memory). At most [`SPARE_BYTES`] are kept, the oldest dropped
-/// first.
+/// first, and none once a cache needs more than any holds (see [`SpareCaches::take`]).
 #[derive(Debug, Default)]
 pub(crate) struct SpareCaches {
     bufs: parking_lot::Mutex<std::collections::VecDeque<Vec<u16>>>,
 }
 
 impl SpareCaches {
-    /// The smallest spare buffer holding at least `capacity` half floats, emptied.
+    /// The smallest spare buffer holding at least `capacity` half floats, emptied. When none
+    /// does, every spare buffer is smaller and all are freed: the caller is about to allocate,
+    /// and memory kept aside must not raise the process's peak.
     pub(crate) fn take(&self, capacity: usize) -> Option<Vec<u16>> {
         let mut bufs = self.bufs.lock();
         let at = bufs
@@ -148,7 +150,13 @@ impl SpareCaches {
             .enumerate()
             .filter(|(_, b)| b.capacity() >= capacity)
             .min_by_key(|(_, b)| b.capacity())
-            .map(|(i, _)| i)?;
+            .map(|(i, _)| i);
+        let Some(at) = at else {
+            let freed = std::mem::take(&mut *bufs);
+            drop(bufs);
+            drop(freed);
+            return None;
+        };
         let mut buf = bufs.remove(at)?;
         buf.clear();
         Some(buf)
@@ -1291,7 +1299,9 @@ mod tests {
             spare.take(1).map(|b| b.capacity()),
             Some(span(300 + HEADROOM) + 1)
         );
+        // A request larger than every spare buffer frees them all.
         assert!(spare.take(SPARE_BYTES).is_none());
+        assert_eq!(spare.bytes(), 0);
     }
 
     #[test]
