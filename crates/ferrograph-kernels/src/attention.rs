@@ -165,7 +165,6 @@ impl SpareCaches {
 
     /// Keeps `buf` for a later [`SpareCaches::take`], within [`SPARE_BYTES`].
     pub(crate) fn put(&self, buf: Vec<u16>) {
-        let bytes = |b: &Vec<u16>| b.capacity() * std::mem::size_of::<u16>();
         if buf.capacity() == 0 || bytes(&buf) > SPARE_BYTES {
             return;
         }
@@ -183,8 +182,13 @@ impl SpareCaches {
     /// Bytes kept.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
-        self.bufs.lock().iter().map(|b| b.capacity() * 2).sum()
+        self.bufs.lock().iter().map(bytes).sum()
     }
+}
+
+/// Bytes a buffer holds, capacity included.
+fn bytes(buf: &Vec<u16>) -> usize {
+    buf.capacity() * std::mem::size_of::<u16>()
 }
 
 impl KvCache {
@@ -1096,6 +1100,13 @@ fn add_values_block(
 mod tests {
     use super::*;
 
+    impl KvCache {
+        /// [`KvCache::append`] with no spare memory: the cache grows on its own.
+        fn append_alone(&mut self, keys: &[f32], values: &[f32], kv_heads: usize, hd: usize) {
+            self.append(keys, values, kv_heads, hd, &SpareCaches::default());
+        }
+    }
+
     /// Deterministic values in [-1, 1).
     fn noise(seed: u64, n: usize) -> Vec<f32> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -1192,20 +1203,8 @@ mod tests {
         let mut c = KvCache::default();
         let keys: Vec<f32> = (0..20 * kv).map(|i| i as f32).collect();
         let values: Vec<f32> = (0..20 * kv).map(|i| -(i as f32) * 0.5).collect();
-        c.append(
-            &keys[..7 * kv],
-            &values[..7 * kv],
-            kv_heads,
-            hd,
-            &SpareCaches::default(),
-        );
-        c.append(
-            &keys[7 * kv..],
-            &values[7 * kv..],
-            kv_heads,
-            hd,
-            &SpareCaches::default(),
-        );
+        c.append_alone(&keys[..7 * kv], &values[..7 * kv], kv_heads, hd);
+        c.append_alone(&keys[7 * kv..], &values[7 * kv..], kv_heads, hd);
         assert_eq!(c.len(), 20);
         for j in 0..20 {
             for g in 0..kv_heads {
@@ -1305,36 +1304,12 @@ mod tests {
         let mut full = KvCache::default();
         let mut c = KvCache::sliding(window);
         // A prompt of 50 in one pass, then decode steps up to 1,000 positions.
-        full.append(
-            &keys[..50 * kv],
-            &values[..50 * kv],
-            kv_heads,
-            hd,
-            &SpareCaches::default(),
-        );
-        c.append(
-            &keys[..50 * kv],
-            &values[..50 * kv],
-            kv_heads,
-            hd,
-            &SpareCaches::default(),
-        );
+        full.append_alone(&keys[..50 * kv], &values[..50 * kv], kv_heads, hd);
+        c.append_alone(&keys[..50 * kv], &values[..50 * kv], kv_heads, hd);
         for j in 50..1000 {
             let r = j * kv..(j + 1) * kv;
-            full.append(
-                &keys[r.clone()],
-                &values[r.clone()],
-                kv_heads,
-                hd,
-                &SpareCaches::default(),
-            );
-            c.append(
-                &keys[r.clone()],
-                &values[r],
-                kv_heads,
-                hd,
-                &SpareCaches::default(),
-            );
+            full.append_alone(&keys[r.clone()], &values[r.clone()], kv_heads, hd);
+            c.append_alone(&keys[r.clone()], &values[r], kv_heads, hd);
         }
         // The last append was at 999: blocks before (999 - 64 + 1 - 20) / 16 = 57 are gone.
         assert_eq!((c.len(), c.first), (1000, 57));
@@ -1371,13 +1346,7 @@ mod tests {
         // Going back to the start empties it, ready for a new sequence.
         c.truncate(0, kv);
         assert_eq!((c.len(), c.first, c.data.len()), (0, 0, 0));
-        c.append(
-            &keys[..16 * kv],
-            &values[..16 * kv],
-            kv_heads,
-            hd,
-            &SpareCaches::default(),
-        );
+        c.append_alone(&keys[..16 * kv], &values[..16 * kv], kv_heads, hd);
         assert_eq!(c.block(0, 1, kv_heads, hd), full.block(0, 1, kv_heads, hd));
     }
 
@@ -1427,15 +1396,9 @@ mod tests {
                     .chunks(100 * kv)
                     .zip(v[..pos * kv].chunks(100 * kv))
                 {
-                    c.append(piece.0, piece.1, kv_heads, hd, &SpareCaches::default());
+                    c.append_alone(piece.0, piece.1, kv_heads, hd);
                 }
-                c.append(
-                    &k[pos * kv..],
-                    &v[pos * kv..],
-                    kv_heads,
-                    hd,
-                    &SpareCaches::default(),
-                );
+                c.append_alone(&k[pos * kv..], &v[pos * kv..], kv_heads, hd);
                 if window.is_some() && pos >= 1000 {
                     assert!(c.first > 0, "case {ci}: nothing dropped at {pos}");
                 }

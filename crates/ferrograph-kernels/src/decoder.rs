@@ -872,9 +872,8 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
     let vocab = cfg.vocab;
     if let [one] = items {
         // One sequence (every decode step of a lone request): the product writes straight
-        // into its buffer.
+        // into its buffer, every element (a buffer of the right length is not zeroed first).
         let mut logits = std::mem::take(&mut one.logits);
-        logits.clear();
         logits.resize(vocab, 0.0);
         kernels::matmul(&mut [(head, &mut logits[..])], &act);
         return Ok(vec![logits]);
