@@ -36,7 +36,11 @@
 //! multiply-add: about a third of the instructions of the row-by-row kernel, for decode and
 //! prefill alike. With AVX-512 VNNI, 4-bit and 8-bit layouts take two groups at once, sixteen
 //! rows per 512-bit register, and write their outputs in place (`x86::x16_avx512`), with the
-//! same bits.
+//! same bits. On such CPUs the 4-bit layouts store each pair of groups with their 32-byte
+//! chunks side by side (`pairs` of [`Packed::U4x8`]), so that those kernels load a pair's
+//! chunk in one 64-byte read, and where the CPU has GFNI they take the high nibbles with one
+//! affine transform instead of a shift and a mask (`x86::x16_avx512_gfni`).
+//! `FERROGRAPH_PAIRS=0` and `FERROGRAPH_GFNI=0` turn either off (for comparisons).
 //! Q4_0's and Q4_1's half-float scales and offsets stay half floats there too
 //! ([`Packed::U4x8Half`]): 20 bytes per block, as in the GGUF, where `f32` took 24.
 //! `FERROGRAPH_INTERLEAVE=0` keeps the row-by-row layout (for comparisons).
@@ -222,6 +226,11 @@ pub enum Packed {
     /// lane (row `8g + lane`) are `d[8 * gb + lane]`, `m[8 * gb + lane]`; the 128 nibble bytes
     /// are four chunks of 32, chunk `c` holding bytes `4c..4c + 4` of the `U4` block of each
     /// lane in turn (`q[128 * gb + 32 * c + 4 * lane + j]` is byte `4c + j` of that block).
+    ///
+    /// With `pairs`, each pair of groups `2p`, `2p + 1` (but an odd last group) has its chunks
+    /// side by side instead, so that the 16-row kernels read both groups' chunk in one 64-byte
+    /// load: in the pair's 256 bytes per block, from `q[256 * (p * nb + b)]`, chunk `c` of
+    /// group `2p + h` is at `64 * c + 32 * h` (see [`pairs_enabled`]).
     U4x8 {
         /// Scale per row and block.
         d: WeightBuf<f32>,
@@ -229,6 +238,8 @@ pub enum Packed {
         m: WeightBuf<f32>,
         /// Nibbles, interleaved.
         q: WeightBuf<u8>,
+        /// Whether the pairs of groups have their chunks side by side (see above).
+        pairs: bool,
     },
     /// [`Packed::U4x8`] with half-float scales and offsets, where those of the GGUF are half
     /// floats (Q4_0, Q4_1): exact, and the GGUF's bytes per block (20 where `f32` took 24),
@@ -241,6 +252,8 @@ pub enum Packed {
         m: WeightBuf<u16>,
         /// Nibbles, interleaved as in [`Packed::U4x8`].
         q: WeightBuf<u8>,
+        /// As in [`Packed::U4x8`].
+        pairs: bool,
     },
     /// `U8` (5-bit quants, from Q5_0 and Q5_1) with eight rows interleaved as 5 bits: the low
     /// four bits of each quant laid out as the nibbles of [`Packed::U4x8`], and their fifth
@@ -297,12 +310,12 @@ impl Packed {
     /// Calls `v` on every buffer.
     fn visit_bufs(&mut self, v: &mut impl BufVisitor) {
         match self {
-            Packed::U4 { d, m, q } | Packed::U8 { d, m, q } | Packed::U4x8 { d, m, q } => {
+            Packed::U4 { d, m, q } | Packed::U8 { d, m, q } | Packed::U4x8 { d, m, q, .. } => {
                 v.visit(d);
                 v.visit(m);
                 v.visit(q);
             }
-            Packed::U4x8Half { d, m, q } => {
+            Packed::U4x8Half { d, m, q, .. } => {
                 v.visit(d);
                 v.visit(m);
                 v.visit(q);
@@ -469,10 +482,10 @@ impl QMatrix {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         match &self.packed {
-            Packed::U4 { d, m, q } | Packed::U4x8 { d, m, q } | Packed::U8 { d, m, q } => {
+            Packed::U4 { d, m, q } | Packed::U4x8 { d, m, q, .. } | Packed::U8 { d, m, q } => {
                 (d.len() + m.len()) * 4 + q.len()
             }
-            Packed::U4x8Half { d, m, q } => (d.len() + m.len()) * 2 + q.len(),
+            Packed::U4x8Half { d, m, q, .. } => (d.len() + m.len()) * 2 + q.len(),
             Packed::U5x8 { d, m, q, h } => (d.len() + m.len()) * 2 + q.len() + h.len() * 4,
             Packed::I8 { d, q } => d.len() * 4 + q.len(),
             Packed::I8x8 { d, q } => d.len() * 2 + q.len(),
@@ -542,17 +555,17 @@ impl QMatrix {
     /// The arrays of an interleaved matrix; `None` for the row-by-row layouts.
     pub(crate) fn interleaved(&self) -> Option<Interleaved<'_>> {
         let (d, m, s, q) = match &self.packed {
-            Packed::U4x8 { d, m, q } => (
+            Packed::U4x8 { d, m, q, pairs } => (
                 Scales::F32(d),
                 Some(Scales::F32(m)),
                 None,
-                GroupQuants::Nibbles(q),
+                GroupQuants::Nibbles(q, *pairs),
             ),
-            Packed::U4x8Half { d, m, q } => (
+            Packed::U4x8Half { d, m, q, pairs } => (
                 Scales::F16(d),
                 Some(half_offsets(d, m, Q4_0_OFFSET_PER_SCALE)),
                 None,
-                GroupQuants::Nibbles(q),
+                GroupQuants::Nibbles(q, *pairs),
             ),
             Packed::U5x8 { d, m, q, h } => (
                 Scales::F16(d),
@@ -715,7 +728,13 @@ impl<'a> Interleaved<'a> {
             m: self.m.map(|m| m.range(r(8))),
             s: self.s.map(|s| &s[r(32)]),
             q: match self.q {
-                GroupQuants::Nibbles(q) => GroupQuants::Nibbles(&q[r(128)]),
+                GroupQuants::Nibbles(q, true) if g < q.len() / (256 * nb) * 2 => {
+                    // From the group's first chunk to its last: the pair's bytes but the
+                    // partner's first chunk (group `2p + 1`) or last (group `2p`).
+                    let at = 128 * nb * (g - g % 2) + 32 * (g % 2);
+                    GroupQuants::Nibbles(&q[at..at + 256 * nb - 32], true)
+                }
+                GroupQuants::Nibbles(q, _) => GroupQuants::Nibbles(&q[r(128)], false),
                 GroupQuants::Nibbles5(q, h) => GroupQuants::Nibbles5(&q[r(128)], &h[r(8)]),
                 GroupQuants::Signed(q) => GroupQuants::Signed(&q[r(256)]),
             },
@@ -818,34 +837,49 @@ fn half_offsets<'a>(d: &'a [u16], m: &'a [u16], derived: f32) -> Scales<'a> {
 /// The quants of [`Interleaved`] rows.
 #[derive(Clone, Copy)]
 pub(crate) enum GroupQuants<'a> {
-    /// 4-bit, 128 bytes per block (`U4x8`).
-    Nibbles(&'a [u8]),
+    /// 4-bit, 128 bytes per block (`U4x8`), and whether the chunks of pairs of groups lie side
+    /// by side (`pairs` of [`Packed::U4x8`]). Of one group ([`Interleaved::group`]), `true`
+    /// says that this group's are: its blocks 256 bytes apart, its chunks 64, and its slice
+    /// running from its first chunk to its last.
+    Nibbles(&'a [u8], bool),
     /// 5-bit: the nibbles of `Nibbles` and eight words of fifth bits per block (`U5x8`).
     Nibbles5(&'a [u8], &'a [u32]),
     /// Signed bytes, 256 per block (`I8x8`, `I8S16x8`).
     Signed(&'a [i8]),
 }
 
-/// Where byte `k` of lane `lane`'s row-block lies within interleaved block `b`, for row-blocks
-/// of `row_block` bytes: chunks of four bytes per lane in turn.
-fn lane_index(row_block: usize, b: usize, lane: usize, k: usize) -> usize {
-    8 * row_block * b + 32 * (k / 4) + 4 * lane + k % 4
+/// Where byte `k` of lane `lane`'s row-block lies within interleaved block `b` of a group
+/// whose blocks are `block` bytes apart and whose chunks (four bytes per lane in turn) are
+/// `chunk` bytes apart.
+fn lane_index(block: usize, chunk: usize, b: usize, lane: usize, k: usize) -> usize {
+    block * b + chunk * (k / 4) + 4 * lane + k % 4
+}
+
+/// Bytes between a group's blocks of nibbles, and between its chunks: 128 and 32 alone, 256
+/// and 64 in a pair whose chunks lie side by side.
+pub(crate) fn nibble_steps(paired: bool) -> (usize, usize) {
+    if paired {
+        (256, 64)
+    } else {
+        (128, 32)
+    }
 }
 
 impl GroupQuants<'_> {
     /// Quant `k` (0..32) of lane `lane` in block `b`.
     pub(crate) fn value(self, b: usize, lane: usize, k: usize) -> i32 {
         match self {
-            GroupQuants::Nibbles(q) => {
-                let byte = q[lane_index(16, b, lane, k % 16)];
+            GroupQuants::Nibbles(q, paired) => {
+                let (block, chunk) = nibble_steps(paired);
+                let byte = q[lane_index(block, chunk, b, lane, k % 16)];
                 i32::from(if k < 16 { byte & 0x0f } else { byte >> 4 })
             }
             GroupQuants::Nibbles5(q, h) => {
-                let low = GroupQuants::Nibbles(q).value(b, lane, k);
+                let low = GroupQuants::Nibbles(q, false).value(b, lane, k);
                 let (word, bit) = fifth_bit(lane, k);
                 low | (((h[8 * b + word] >> bit) & 1) as i32) << 4
             }
-            GroupQuants::Signed(q) => i32::from(q[lane_index(QK, b, lane, k)]),
+            GroupQuants::Signed(q) => i32::from(q[lane_index(8 * QK, 32, b, lane, k)]),
         }
     }
 }
@@ -919,6 +953,44 @@ fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize,
     }
 }
 
+/// Whether the nibbles of interleaved matrices are stored with the chunks of each pair of
+/// groups side by side (`pairs` of [`Packed::U4x8`]): where this CPU runs the 16-row kernels,
+/// which then load a pair's chunk in one 64-byte read instead of two 32-byte reads and an
+/// insert (an instruction of the ones that bound those kernels at four tokens), unless
+/// `FERROGRAPH_PAIRS=0`. The 8-row kernels read either layout.
+fn pairs_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("FERROGRAPH_PAIRS").map_or(true, |v| v != "0")
+            && isa_available(Isa::Avx512Vnni)
+    })
+}
+
+/// Moves the nibbles of an interleaved matrix of `groups` groups of `nb` blocks between the
+/// group-by-group layout and the paired one of [`Packed::U4x8`] (`to_pairs`), in place with
+/// one pair of scratch; an odd last group stays as it is.
+fn pair_chunks(q: &mut [u8], groups: usize, nb: usize, to_pairs: bool) {
+    let pair_len = 256 * nb;
+    let mut scratch = vec![0u8; pair_len];
+    for region in q.chunks_exact_mut(pair_len).take(groups / 2) {
+        scratch.copy_from_slice(region);
+        for b in 0..nb {
+            for c in 0..4 {
+                for h in 0..2 {
+                    let apart = 128 * nb * h + 128 * b + 32 * c;
+                    let together = 256 * b + 64 * c + 32 * h;
+                    let (from, to) = if to_pairs {
+                        (apart, together)
+                    } else {
+                        (together, apart)
+                    };
+                    region[to..to + 32].copy_from_slice(&scratch[from..from + 32]);
+                }
+            }
+        }
+    }
+}
+
 /// The interleaved form of a row-by-row matrix of `rows` (a multiple of 8) by `cols`.
 fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
     let nb = cols / QK;
@@ -929,6 +1001,10 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
     match packed {
         Packed::U4 { d, m, mut q } => {
             interleave_in_place(q.vec_mut(), rows, nb, 16, 4);
+            let pairs = pairs_enabled();
+            if pairs {
+                pair_chunks(q.vec_mut(), rows / 8, nb, true);
+            }
             // Half floats where every scale and offset is one exactly (Q4_0 and Q4_1 always;
             // Q4_K's scales times its 6-bit sub-scales are not).
             match half_scales(&d, &m, Q4_0_OFFSET_PER_SCALE, rows, nb) {
@@ -936,11 +1012,13 @@ fn interleave(packed: Packed, rows: usize, cols: usize) -> Packed {
                     d: d.into(),
                     m: m.into(),
                     q,
+                    pairs,
                 },
                 None => Packed::U4x8 {
                     d: per_block(d),
                     m: per_block(m),
                     q,
+                    pairs,
                 },
             }
         }
@@ -1390,15 +1468,31 @@ fn has_x16(isa: Isa, all: &Interleaved<'_>) -> bool {
     false
 }
 
-/// Products of groups `groups` (an even count) of `all` (a whole matrix of `w_rows` rows and
-/// `nb` blocks per row) with every token of `x`, written in place to `out`, by the 16-row
-/// kernels that [`has_x16`] says `isa` has: what the 8-row kernels give, bit for bit.
+/// Whether the 16-row kernels take the high nibbles with GFNI (where this CPU has it, unless
+/// `FERROGRAPH_GFNI=0`): one instruction where a shift and a mask took two, the same bytes.
+fn gfni_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let has = is_x86_feature_detected!("gfni");
+        #[cfg(not(target_arch = "x86_64"))]
+        let has = false;
+        has && std::env::var("FERROGRAPH_GFNI").map_or(true, |v| v != "0")
+    })
+}
+
+/// Products of groups `groups` (an even count, from an even group) of `all` (a whole matrix
+/// of `w_rows` rows and `nb` blocks per row) with every token of `x`, written in place to
+/// `out`, by the 16-row kernels that [`has_x16`] says `isa` has (with GFNI where `gfni`):
+/// what the 8-row kernels give, bit for bit.
 ///
 /// # Safety
 /// `out` must be the product's output, its elements of these groups written by no other
-/// thread meanwhile.
+/// thread meanwhile; `gfni` only where the CPU has GFNI.
+#[allow(clippy::too_many_arguments)]
 unsafe fn groups_x16(
     isa: Isa,
+    gfni: bool,
     all: &Interleaved<'_>,
     nb: usize,
     groups: Range<usize>,
@@ -1408,7 +1502,7 @@ unsafe fn groups_x16(
 ) {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
-        let rows = x86::x16_avx512::OutRows {
+        let rows = x86::OutRows {
             ptr: out.0,
             len: out.1,
             rows: w_rows,
@@ -1420,12 +1514,23 @@ unsafe fn groups_x16(
             // CPU, and AVX-512 VNNI's check includes what the 16-row kernels need; the output
             // is the caller's contract.
             unsafe {
-                x86::x16_avx512::run_x16(all, nb, groups.clone(), &x.tile(t0, nt), t0, &rows)
+                if gfni {
+                    x86::x16_avx512_gfni::run_x16(
+                        all,
+                        nb,
+                        groups.clone(),
+                        &x.tile(t0, nt),
+                        t0,
+                        &rows,
+                    )
+                } else {
+                    x86::x16_avx512::run_x16(all, nb, groups.clone(), &x.tile(t0, nt), t0, &rows)
+                }
             };
             t0 += nt;
         }
     }
-    let _ = (isa, all, nb, groups, x, out, w_rows);
+    let _ = (isa, gfni, all, nb, groups, x, out, w_rows);
 }
 
 /// A tile of activation rows, sliced for one weight row's blocks.
@@ -1484,7 +1589,20 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
 
 /// [`matmul`] with an explicit instruction set and pool.
 pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32])], x: &QAct) {
+    matmul_on(isa, gfni_enabled(), pool, jobs, x)
+}
+
+/// [`matmul_with`], the 16-row kernels with GFNI where `gfni` (and the CPU has it).
+fn matmul_on(
+    isa: Isa,
+    gfni: bool,
+    pool: &pool::Pool,
+    jobs: &mut [(&QMatrix, &mut [f32])],
+    x: &QAct,
+) {
     let isa = if isa_available(isa) { isa } else { Isa::Scalar };
+    #[cfg(target_arch = "x86_64")]
+    let gfni = gfni && is_x86_feature_detected!("gfni");
     let t = x.rows;
     let mut outs = Vec::with_capacity(jobs.len());
     for (w, out) in jobs.iter_mut() {
@@ -1517,7 +1635,7 @@ pub fn matmul_with(isa: Isa, pool: &pool::Pool, jobs: &mut [(&QMatrix, &mut [f32
                     let paired = groups.start..groups.start + groups.len() / 2 * 2;
                     // SAFETY: each (token, group) is written by exactly one thread: the
                     // pieces are disjoint and each is taken once.
-                    unsafe { groups_x16(isa, &all, nb, paired.clone(), x, out, w.rows) };
+                    unsafe { groups_x16(isa, gfni, &all, nb, paired.clone(), x, out, w.rows) };
                     groups.start = paired.end;
                 }
                 for g in groups {
@@ -1714,5 +1832,123 @@ mod tests {
         x.extend((0..32).map(|i| [f32::NAN, 1.0, f32::INFINITY, -2.0][i % 4]));
         x.extend((0..32).map(|i| [f32::NAN, 1.0, -3.0, 0.25][i % 4]));
         same_quantization(&x);
+    }
+
+    /// `w` with its nibbles' pairs of groups side by side or not (`on`).
+    fn with_pairs(mut w: QMatrix, on: bool) -> QMatrix {
+        let groups = w.rows / 8;
+        let nb = w.cols / QK;
+        match &mut w.packed {
+            Packed::U4x8 { q, pairs, .. } | Packed::U4x8Half { q, pairs, .. } => {
+                if *pairs != on {
+                    pair_chunks(q.vec_mut(), groups, nb, on);
+                    *pairs = on;
+                }
+            }
+            _ => panic!("not a matrix of interleaved nibbles"),
+        }
+        w
+    }
+
+    /// GGUF bytes of `n` blocks of `ty` (Q4_0, Q4_1 or Q4_K): half-float scales of a few
+    /// magnitudes and signs, every other byte from `seed`.
+    fn nibble_blocks(ty: GgufType, n: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut byte = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        };
+        let scales: [u16; 4] = [0x2e66, 0xa0f5, 0x3400, 0x1c00];
+        let head = match ty {
+            GgufType::Q4_0 => 1,
+            GgufType::Q4_1 | GgufType::Q4K => 2,
+            _ => panic!("not a type of nibbles"),
+        };
+        let mut out = Vec::with_capacity(n * ty.block_bytes());
+        for _ in 0..n {
+            for _ in 0..head {
+                let h = scales[usize::from(byte()) % 4];
+                out.extend_from_slice(&h.to_le_bytes());
+            }
+            out.extend((2 * head..ty.block_bytes()).map(|_| byte()));
+        }
+        out
+    }
+
+    /// Both layouts of nibbles (pairs of groups side by side or not) hold the same values and
+    /// give the same bits through every instruction set, with and without GFNI, on one and
+    /// two threads, for every tile of tokens: each instruction set's own on the group-by-group
+    /// layout, which are those of AVX2 for all but the scalar kernel. Odd counts of groups
+    /// keep their last group apart.
+    #[test]
+    fn paired_nibbles_give_the_same_bits_in_every_kernel() {
+        for (ty, rows, cols) in [
+            (GgufType::Q4_1, 8, 96),
+            (GgufType::Q4_1, 16, 96),
+            (GgufType::Q4_1, 40, 256),
+            (GgufType::Q4_0, 24, 512),
+            (GgufType::Q4K, 24, 256),
+            (GgufType::Q4K, 32, 512),
+        ] {
+            let data = nibble_blocks(ty, rows * cols / ty.block_elems(), rows as u64 + 7);
+            let loaded = QMatrix::from_gguf(ty, rows, cols, &data).unwrap();
+            let apart = with_pairs(loaded.clone(), false);
+            let together = with_pairs(loaded, true);
+            assert_ne!(
+                apart.interleaved().map(
+                    |i| matches!(i.q, GroupQuants::Nibbles(q, _) if q.len() == rows * cols / 2)
+                ),
+                None
+            );
+            let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+            for r in 0..rows {
+                assert!(apart.dequantize_row(r, &mut a) && together.dequantize_row(r, &mut b));
+                assert_eq!(a, b, "{ty:?} row {r}");
+                assert!(a.iter().all(|v| v.is_finite()));
+            }
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for t in [1, 2, 3, 4, 5, 8] {
+                let x: Vec<f32> = (0..t * cols)
+                    .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 6.0)
+                    .collect();
+                let mut act = QAct::default();
+                act.quantize(&x, cols);
+                let product = |w: &QMatrix, isa: Isa, gfni: bool, threads: usize| {
+                    let mut out = vec![f32::NAN; t * rows];
+                    matmul_on(
+                        isa,
+                        gfni,
+                        &pool::Pool::new(threads),
+                        &mut [(w, &mut out[..])],
+                        &act,
+                    );
+                    out
+                };
+                // The SIMD kernels give the same bits as each other (the scalar one sums in
+                // its own order).
+                let simd = bits(&product(&apart, Isa::Avx2, false, 1));
+                for isa in Isa::ALL.into_iter().filter(|&i| isa_available(i)) {
+                    let want = if isa == Isa::Scalar {
+                        bits(&product(&apart, isa, false, 1))
+                    } else {
+                        simd.clone()
+                    };
+                    assert!(want.iter().all(|v| f32::from_bits(*v).is_finite()));
+                    for gfni in [false, true] {
+                        for threads in [1, 2] {
+                            for w in [&apart, &together] {
+                                assert_eq!(
+                                    bits(&product(w, isa, gfni, threads)),
+                                    want,
+                                    "{ty:?} {rows}x{cols}, {t} tokens, {isa:?}, gfni {gfni}, {threads} threads"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -190,7 +190,7 @@ macro_rules! x8_kernels {
                 // SAFETY: the caller guarantees `$features` (this function's contract); the callees check the bounds they read.
                 unsafe {
                     match g.q {
-                        GroupQuants::Nibbles(q) => dot_u4x8(g, q, x, out),
+                        GroupQuants::Nibbles(q, paired) => dot_u4x8(g, q, paired, x, out),
                         GroupQuants::Nibbles5(q, h) => dot_u5x8(g, q, h, x, out),
                         GroupQuants::Signed(q) => {
                             // SAFETY: `i8` and `u8` have the same size and alignment; the kernel reads the
@@ -208,10 +208,10 @@ macro_rules! x8_kernels {
 
             #[target_feature(enable = $features)]
             #[inline(never)]
-            unsafe fn dot_u4x8(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+            unsafe fn dot_u4x8(g: &Interleaved<'_>, q: &[u8], paired: bool, x: &Acts<'_>, out: &mut [f32]) {
                 // SAFETY: the caller guarantees `$features`; `tile_u4x8` checks the bounds it reads.
                 unsafe {
-                    by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, x, out))
+                    by_tokens!(out.len() / 8, NT => tile_u4x8::<NT>(g, q, paired, x, out))
                 }
             }
 
@@ -238,18 +238,18 @@ macro_rules! x8_kernels {
                 }
             }
 
-            /// The lengths every `*_x8` kernel relies on.
+            /// The lengths every `*_x8` kernel relies on: `q_len` bytes of quants.
             #[inline]
             fn check_x8(
                 g: &Interleaved<'_>,
-                q_per_block: usize,
+                q_len: usize,
                 q: &[u8],
                 x: &Acts<'_>,
                 out: &[f32],
                 nt: usize,
             ) {
                 let nb = x.nb;
-                assert!(g.d.len() == 8 * nb && q.len() == q_per_block * nb);
+                assert!(nb > 0 && g.d.len() == 8 * nb && q.len() == q_len);
                 assert!(g.m.is_none_or(|m| m.len() == 8 * nb) && g.s.is_none_or(|s| s.len() == 32 * nb));
                 assert!(out.len() >= 8 * nt);
                 assert!(x.q.len() >= nt * nb * QK && x.d.len() >= nt * nb && x.s.len() >= nt * nb);
@@ -342,26 +342,38 @@ macro_rules! x8_kernels {
 
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn tile_u4x8<const NT: usize>(g: &Interleaved<'_>, q: &[u8], x: &Acts<'_>, out: &mut [f32]) {
+            unsafe fn tile_u4x8<const NT: usize>(
+                g: &Interleaved<'_>,
+                q: &[u8],
+                paired: bool,
+                x: &Acts<'_>,
+                out: &mut [f32],
+            ) {
                 // SAFETY: the caller guarantees `$features`; the asserts at the top bound every pointer read below.
                 unsafe {
                     let nb = x.nb;
+                    // Blocks `step` bytes apart, chunks `chunk` (the layouts of `GroupQuants::Nibbles`):
+                    // the last chunk ends `chunk - 32` bytes before `step * nb`.
+                    let (step, chunk) = crate::nibble_steps(paired);
                     // Every pointer access below is within these bounds.
-                    check_x8(g, 128, q, x, out, NT);
+                    check_x8(g, (step * nb).saturating_sub(chunk - 32), q, x, out, NT);
                     let m4 = _mm256_set1_epi8(0x0f);
                     let ones = _mm256_set1_epi16(1);
                     let mut acc = [_mm256_setzero_ps(); NT];
                     for b in 0..nb {
                         if x.ahead > 0 {
-                            crate::prefetch_lines(q.as_ptr().add(128 * b), x.ahead, 2);
+                            // A pair's lines hold the partner group's chunks too, which its own
+                            // call reads next.
+                            crate::prefetch_lines(q.as_ptr().wrapping_add(step * b), x.ahead, step / 64);
                         }
                         // Per token, the eight rows' block sums in 16-bit pairs. Each product is at most
                         // 15 * 127 and each lane adds 16 of them (8 instructions x 2): below 2^15.
                         let mut isum = [_mm256_setzero_si256(); NT];
                         for c in 0..4 {
-                            // SAFETY (reads): `q` holds 128 bytes per block, activations `QK` bytes per
-                            // block and token (checked above); unaligned loads accept any address.
-                            let raw = _mm256_loadu_si256(q.as_ptr().add(128 * b + 32 * c) as *const __m256i);
+                            // SAFETY (reads): `q` holds four chunks of 32 bytes per block at these
+                            // offsets, activations `QK` bytes per block and token (checked above);
+                            // unaligned loads accept any address.
+                            let raw = _mm256_loadu_si256(q.as_ptr().add(step * b + chunk * c) as *const __m256i);
                             let lo = _mm256_and_si256(raw, m4);
                             let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
                             add_nibble_products(lo, hi, x, b, c, &mut isum);
@@ -428,7 +440,7 @@ macro_rules! x8_kernels {
                 unsafe {
                     let nb = x.nb;
                     // Every pointer access below is within these bounds.
-                    check_x8(g, 128, q, x, out, NT);
+                    check_x8(g, 128 * nb, q, x, out, NT);
                     assert!(h.len() == 8 * nb);
                     let m4 = _mm256_set1_epi8(0x0f);
                     let ones = _mm256_set1_epi16(1);
@@ -494,7 +506,7 @@ macro_rules! x8_kernels {
                 unsafe {
                     let nb = x.nb;
                     // Every pointer access below is within these bounds.
-                    check_x8(g, 256, q, x, out, NT);
+                    check_x8(g, 256 * nb, q, x, out, NT);
                     let ones = _mm256_set1_epi16(1);
                     let mut acc = [_mm256_setzero_ps(); NT];
                     let xq = x.q.as_ptr();
@@ -578,8 +590,20 @@ x8_kernels!(
     true
 );
 
-/// Kernels of two interleaved groups at once (sixteen rows) in 512-bit registers: group `g`'s
-/// eight rows in the low half of each register, group `g + 1`'s in the high half. Each
+/// Where a run of the 16-row kernels writes: `rows` outputs per token from `ptr`, `len`
+/// elements in all.
+pub(crate) struct OutRows {
+    /// The first output.
+    pub ptr: *mut f32,
+    /// Elements writable from `ptr`.
+    pub len: usize,
+    /// Outputs per token (the matrix's rows).
+    pub rows: usize,
+}
+
+/// Stamps out the kernels of two interleaved groups at once (sixteen rows) in 512-bit
+/// registers, with GFNI (`x16_avx512_gfni`) and without (`x16_avx512`): group `g`'s eight
+/// rows in the low half of each register, group `g + 1`'s in the high half. Each
 /// `vpdpbusd` then multiplies sixteen rows by four activation bytes, twice the work of the
 /// 8-row kernels' instruction at the same rate on CPUs with two 512-bit units, and the block
 /// scales cost half as many instructions per row. One call runs every pair of a piece of a
@@ -589,399 +613,461 @@ x8_kernels!(
 /// Every lane computes exactly what the 8-row kernel computes for its row (the same integer
 /// sums, then the same multiply, conversion and multiply-adds in the same order), so the two
 /// give the same bits and a product may mix them.
-pub(crate) mod x16_avx512 {
-    // See the note on the enclosing module.
-    #![allow(clippy::needless_range_loop)]
+macro_rules! x16_kernels {
+    ($name:ident, $features:literal, $gfni:expr) => {
+        pub(crate) mod $name {
+            // See the note on the enclosing module.
+            #![allow(clippy::needless_range_loop)]
 
-    use super::super::{Acts, GroupQuants, Interleaved, Scales, QK};
-    use std::arch::x86_64::*;
-    use std::ops::Range;
+            use super::super::{Acts, GroupQuants, Interleaved, Scales, QK};
+            use super::OutRows;
+            use std::arch::x86_64::*;
+            use std::ops::Range;
 
-    /// The layouts with a 16-row kernel, as a whole matrix's arrays.
-    enum PairLayout<'a> {
-        /// `U4x8`: 4-bit quants, `f32` scales and offsets.
-        U4 {
-            q: &'a [u8],
-            d: &'a [f32],
-            m: &'a [f32],
-        },
-        /// `U4x8Half`: 4-bit quants, half-float scales and offsets (`m` empty when each
-        /// offset is the scale times `by`).
-        U4Half {
-            q: &'a [u8],
-            d: &'a [u16],
-            m: &'a [u16],
-            by: f32,
-        },
-        /// `I8x8`: signed bytes, half-float scales.
-        I8 { q: &'a [i8], d: &'a [u16] },
-    }
+            /// Whether the high nibbles are taken with GFNI (see `pair_u4x16`).
+            const GFNI: bool = $gfni;
 
-    impl<'a> PairLayout<'a> {
-        fn of(all: &Interleaved<'a>) -> Option<PairLayout<'a>> {
-            match (all.q, all.d, all.m, all.s) {
-                (GroupQuants::Nibbles(q), Scales::F32(d), Some(Scales::F32(m)), None) => {
-                    Some(PairLayout::U4 { q, d, m })
-                }
-                (GroupQuants::Nibbles(q), Scales::F16(d), Some(Scales::F16(m)), None) => {
-                    Some(PairLayout::U4Half { q, d, m, by: 0.0 })
-                }
-                (GroupQuants::Nibbles(q), Scales::F16(d), Some(Scales::F16Times(_, by)), None) => {
-                    Some(PairLayout::U4Half { q, d, m: &[], by })
-                }
-                (GroupQuants::Signed(q), Scales::F16(d), None, None) => {
-                    Some(PairLayout::I8 { q, d })
-                }
-                _ => None,
+            /// The layouts with a 16-row kernel, as a whole matrix's arrays.
+            enum PairLayout<'a> {
+                /// `U4x8`: 4-bit quants, `f32` scales and offsets.
+                U4 {
+                    q: &'a [u8],
+                    d: &'a [f32],
+                    m: &'a [f32],
+                    paired: bool,
+                },
+                /// `U4x8Half`: 4-bit quants, half-float scales and offsets (`m` empty when each
+                /// offset is the scale times `by`).
+                U4Half {
+                    q: &'a [u8],
+                    d: &'a [u16],
+                    m: &'a [u16],
+                    by: f32,
+                    paired: bool,
+                },
+                /// `I8x8`: signed bytes, half-float scales.
+                I8 { q: &'a [i8], d: &'a [u16] },
             }
-        }
 
-        /// Whether the arrays hold the first `groups` groups of `nb` blocks.
-        fn holds(&self, groups: usize, nb: usize) -> bool {
-            let n = 8 * nb * groups;
-            match self {
-                PairLayout::U4 { q, d, m } => q.len() >= 16 * n && d.len() >= n && m.len() >= n,
-                PairLayout::U4Half { q, d, m, .. } => {
-                    q.len() >= 16 * n && d.len() >= n && (m.is_empty() || m.len() >= n)
-                }
-                PairLayout::I8 { q, d } => q.len() >= 32 * n && d.len() >= n,
-            }
-        }
-    }
-
-    /// Whether the layout of `all` has a 16-row kernel: `U4x8` (4-bit quants, `f32` scales and
-    /// offsets), `U4x8Half` (the same with half floats) and `I8x8` (signed bytes, half-float
-    /// scales).
-    pub(crate) fn has_x16(all: &Interleaved<'_>) -> bool {
-        PairLayout::of(all).is_some()
-    }
-
-    /// Where a run writes: `rows` outputs per token from `ptr`, `len` elements in all.
-    pub(crate) struct OutRows {
-        pub ptr: *mut f32,
-        pub len: usize,
-        pub rows: usize,
-    }
-
-    /// Products of the groups `groups` of `all` (a whole matrix of `nb` blocks per row, in
-    /// pairs: an even count) with the tile `x` of tokens `t0..t0 + n` (1 to 4), written to
-    /// `out.ptr[(t0 + t) * out.rows + 8 * g + lane]`. Layouts without a 16-row kernel
-    /// ([`has_x16`]) write nothing.
-    ///
-    /// # Panics
-    /// When the groups or the outputs are out of bounds, or the count is odd.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI, and F16C; `out` must be valid for
-    /// writes of `out.len` elements, none of them accessed by another thread meanwhile.
-    pub(crate) unsafe fn run_x16(
-        all: &Interleaved<'_>,
-        nb: usize,
-        groups: Range<usize>,
-        x: &Acts<'_>,
-        t0: usize,
-        out: &OutRows,
-    ) {
-        let Some(layout) = PairLayout::of(all) else {
-            return;
-        };
-        let nt = x.d.len().checked_div(nb).unwrap_or(0);
-        assert!(groups.len().is_multiple_of(2) && (1..=4).contains(&nt) && x.nb == nb);
-        assert!(layout.holds(groups.end, nb));
-        assert!(x.q.len() >= nt * nb * QK && x.s.len() >= nt * nb && x.sums.len() >= nt * nb);
-        assert!(8 * groups.end <= out.rows && (t0 + nt - 1) * out.rows + 8 * groups.end <= out.len);
-        // SAFETY: the caller guarantees the features and the output's validity; the asserts
-        // above bound every read and write of the callee.
-        unsafe { by_tokens!(nt, NT => run_pairs::<NT>(&layout, groups, x, t0, out)) }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-    #[inline(never)]
-    unsafe fn run_pairs<const NT: usize>(
-        layout: &PairLayout<'_>,
-        groups: Range<usize>,
-        x: &Acts<'_>,
-        t0: usize,
-        out: &OutRows,
-    ) {
-        let nb = x.nb;
-        // SAFETY: the caller guarantees the features; `run_x16`'s asserts bound the group
-        // pointers (each pair's two groups lie below `groups.end`), the activations and the
-        // outputs.
-        unsafe {
-            for g in groups.step_by(2) {
-                let acc = match *layout {
-                    PairLayout::U4 { q, d, m } => pair_u4x16::<NT, _>(
-                        q.as_ptr().add(128 * nb * g),
-                        F32Pair(d.as_ptr().add(8 * nb * g)),
-                        Offsets::Own(F32Pair(m.as_ptr().add(8 * nb * g))),
-                        x,
-                    ),
-                    PairLayout::U4Half { q, d, m, by } => {
-                        let d = F16Pair(d.as_ptr().add(8 * nb * g));
-                        let m = if m.is_empty() {
-                            Offsets::Times(by)
-                        } else {
-                            Offsets::Own(F16Pair(m.as_ptr().add(8 * nb * g)))
-                        };
-                        pair_u4x16::<NT, _>(q.as_ptr().add(128 * nb * g), d, m, x)
+            impl<'a> PairLayout<'a> {
+                fn of(all: &Interleaved<'a>) -> Option<PairLayout<'a>> {
+                    match (all.q, all.d, all.m, all.s) {
+                        (GroupQuants::Nibbles(q, paired), Scales::F32(d), Some(Scales::F32(m)), None) => {
+                            Some(PairLayout::U4 { q, d, m, paired })
+                        }
+                        (GroupQuants::Nibbles(q, paired), Scales::F16(d), Some(Scales::F16(m)), None) => {
+                            Some(PairLayout::U4Half {
+                                q,
+                                d,
+                                m,
+                                by: 0.0,
+                                paired,
+                            })
+                        }
+                        (
+                            GroupQuants::Nibbles(q, paired),
+                            Scales::F16(d),
+                            Some(Scales::F16Times(_, by)),
+                            None,
+                        ) => Some(PairLayout::U4Half {
+                            q,
+                            d,
+                            m: &[],
+                            by,
+                            paired,
+                        }),
+                        (GroupQuants::Signed(q), Scales::F16(d), None, None) => {
+                            Some(PairLayout::I8 { q, d })
+                        }
+                        _ => None,
                     }
-                    PairLayout::I8 { q, d } => pair_i8x16::<NT>(
-                        q.as_ptr().add(256 * nb * g),
-                        d.as_ptr().add(8 * nb * g),
-                        x,
-                    ),
-                };
-                for t in 0..NT {
-                    _mm512_storeu_ps(out.ptr.add((t0 + t) * out.rows + 8 * g), acc[t]);
+                }
+
+                /// Whether the arrays hold the first `groups` groups of `nb` blocks.
+                fn holds(&self, groups: usize, nb: usize) -> bool {
+                    let n = 8 * nb * groups;
+                    match self {
+                        PairLayout::U4 { q, d, m, .. } => {
+                            q.len() >= 16 * n && d.len() >= n && m.len() >= n
+                        }
+                        PairLayout::U4Half { q, d, m, .. } => {
+                            q.len() >= 16 * n && d.len() >= n && (m.is_empty() || m.len() >= n)
+                        }
+                        PairLayout::I8 { q, d } => q.len() >= 32 * n && d.len() >= n,
+                    }
                 }
             }
-        }
-    }
 
-    /// One pair of `I8x8` groups. `vpdpbusd` multiplies unsigned bytes by signed ones; the
-    /// 8-row kernels make the weights unsigned as their magnitudes, with their signs moved to
-    /// each token's bytes (an instruction per token and chunk, which 512-bit registers lack).
-    /// Here the weights are offset by 128 instead (`w ^ 0x80` is `w + 128` as an unsigned
-    /// byte), shared by every token, and each sum starts at `-128` times the token's block
-    /// sum: `sum (w + 128) y - 128 sum y = sum w y`, the same integer.
-    ///
-    /// # Safety
-    /// The features; `q` and `d` readable for two groups of `x.nb` blocks; `x` holding `NT`
-    /// tokens.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-    #[inline]
-    unsafe fn pair_i8x16<const NT: usize>(
-        q: *const i8,
-        d: *const u16,
-        x: &Acts<'_>,
-    ) -> [__m512; NT] {
-        let nb = x.nb;
-        // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
-        unsafe {
-            let (qb, db) = (q.add(256 * nb), d.add(8 * nb));
-            let bias = _mm512_set1_epi8(-128);
-            let mut acc = [_mm512_setzero_ps(); NT];
-            for blk in 0..nb {
-                if x.ahead > 0 {
-                    crate::prefetch_lines(q.add(256 * blk).cast(), x.ahead, 4);
-                    crate::prefetch_lines(qb.add(256 * blk).cast(), x.ahead, 4);
-                }
-                // Two chains per token (even and odd chunks); the first starts at the offset's
-                // correction.
-                let mut isum = [_mm512_setzero_si512(); NT];
-                let mut isum_odd = [_mm512_setzero_si512(); NT];
-                for t in 0..NT {
-                    isum[t] = _mm512_set1_epi32(-128 * *x.sums.get_unchecked(t * nb + blk));
-                }
-                for c in 0..8 {
-                    let ra = _mm256_loadu_si256(q.add(256 * blk + 32 * c) as *const __m256i);
-                    let rb = _mm256_loadu_si256(qb.add(256 * blk + 32 * c) as *const __m256i);
-                    let w = _mm512_xor_si512(
-                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ra), rb),
-                        bias,
-                    );
-                    for t in 0..NT {
-                        let y = x.q.as_ptr().add((t * nb + blk) * QK + 4 * c);
-                        let yv = _mm512_set1_epi32((y as *const i32).read_unaligned());
-                        if c % 2 == 0 {
-                            isum[t] = _mm512_dpbusd_epi32(isum[t], w, yv);
-                        } else {
-                            isum_odd[t] = _mm512_dpbusd_epi32(isum_odd[t], w, yv);
+            /// Whether the layout of `all` has a 16-row kernel: `U4x8` (4-bit quants, `f32` scales and
+            /// offsets), `U4x8Half` (the same with half floats) and `I8x8` (signed bytes, half-float
+            /// scales).
+            // Both modules have it, the same; the crate asks `x16_avx512`'s.
+            #[allow(dead_code)]
+            pub(crate) fn has_x16(all: &Interleaved<'_>) -> bool {
+                PairLayout::of(all).is_some()
+            }
+
+            /// Products of the groups `groups` of `all` (a whole matrix of `nb` blocks per row, in
+            /// pairs: an even count, from an even group) with the tile `x` of tokens `t0..t0 + n` (1 to
+            /// 4), written to `out.ptr[(t0 + t) * out.rows + 8 * g + lane]`. Layouts without a 16-row
+            /// kernel ([`has_x16`]) write nothing.
+            ///
+            /// # Panics
+            /// When the groups or the outputs are out of bounds, or the count or the first group is
+            /// odd.
+            ///
+            /// # Safety
+            /// The CPU must support AVX-512 F, BW, VL and VNNI, and F16C; `out` must be valid for
+            /// writes of `out.len` elements, none of them accessed by another thread meanwhile.
+            pub(crate) unsafe fn run_x16(
+                all: &Interleaved<'_>,
+                nb: usize,
+                groups: Range<usize>,
+                x: &Acts<'_>,
+                t0: usize,
+                out: &OutRows,
+            ) {
+                let Some(layout) = PairLayout::of(all) else {
+                    return;
+                };
+                let nt = x.d.len().checked_div(nb).unwrap_or(0);
+                assert!(groups.len().is_multiple_of(2) && groups.start.is_multiple_of(2));
+                assert!((1..=4).contains(&nt) && x.nb == nb);
+                assert!(layout.holds(groups.end, nb));
+                assert!(x.q.len() >= nt * nb * QK && x.s.len() >= nt * nb && x.sums.len() >= nt * nb);
+                assert!(8 * groups.end <= out.rows && (t0 + nt - 1) * out.rows + 8 * groups.end <= out.len);
+                // SAFETY: the caller guarantees the features and the output's validity; the asserts
+                // above bound every read and write of the callee.
+                unsafe { by_tokens!(nt, NT => run_pairs::<NT>(&layout, groups, x, t0, out)) }
+            }
+
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn run_pairs<const NT: usize>(
+                layout: &PairLayout<'_>,
+                groups: Range<usize>,
+                x: &Acts<'_>,
+                t0: usize,
+                out: &OutRows,
+            ) {
+                let nb = x.nb;
+                // SAFETY: the caller guarantees the features; `run_x16`'s asserts bound the group
+                // pointers (each pair's two groups lie below `groups.end`), the activations and the
+                // outputs.
+                unsafe {
+                    for g in groups.step_by(2) {
+                        // Both layouts of nibbles keep a pair's bytes at the same place.
+                        let acc = match *layout {
+                            PairLayout::U4 { q, d, m, paired } => {
+                                let (q, d) = (q.as_ptr().add(128 * nb * g), F32Pair(d.as_ptr().add(8 * nb * g)));
+                                let m = Offsets::Own(F32Pair(m.as_ptr().add(8 * nb * g)));
+                                if paired {
+                                    pair_u4x16::<NT, _, true>(q, d, m, x)
+                                } else {
+                                    pair_u4x16::<NT, _, false>(q, d, m, x)
+                                }
+                            }
+                            PairLayout::U4Half { q, d, m, by, paired } => {
+                                let d = F16Pair(d.as_ptr().add(8 * nb * g));
+                                let m = if m.is_empty() {
+                                    Offsets::Times(by)
+                                } else {
+                                    Offsets::Own(F16Pair(m.as_ptr().add(8 * nb * g)))
+                                };
+                                let q = q.as_ptr().add(128 * nb * g);
+                                if paired {
+                                    pair_u4x16::<NT, _, true>(q, d, m, x)
+                                } else {
+                                    pair_u4x16::<NT, _, false>(q, d, m, x)
+                                }
+                            }
+                            PairLayout::I8 { q, d } => pair_i8x16::<NT>(
+                                q.as_ptr().add(256 * nb * g),
+                                d.as_ptr().add(8 * nb * g),
+                                x,
+                            ),
+                        };
+                        for t in 0..NT {
+                            _mm512_storeu_ps(out.ptr.add((t0 + t) * out.rows + 8 * g), acc[t]);
                         }
                     }
                 }
-                // The 8-row kernel's `scale_block` (no offsets), sixteen lanes wide.
-                let half = |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let dv = join(half(d.add(8 * blk)), half(db.add(8 * blk)));
-                for t in 0..NT {
-                    let isum = _mm512_add_epi32(isum[t], isum_odd[t]);
-                    let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[t]);
+            }
+
+            /// One pair of `I8x8` groups. `vpdpbusd` multiplies unsigned bytes by signed ones; the
+            /// 8-row kernels make the weights unsigned as their magnitudes, with their signs moved to
+            /// each token's bytes (an instruction per token and chunk, which 512-bit registers lack).
+            /// Here the weights are offset by 128 instead (`w ^ 0x80` is `w + 128` as an unsigned
+            /// byte), shared by every token, and each sum starts at `-128` times the token's block
+            /// sum: `sum (w + 128) y - 128 sum y = sum w y`, the same integer.
+            ///
+            /// # Safety
+            /// The features; `q` and `d` readable for two groups of `x.nb` blocks; `x` holding `NT`
+            /// tokens.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn pair_i8x16<const NT: usize>(
+                q: *const i8,
+                d: *const u16,
+                x: &Acts<'_>,
+            ) -> [__m512; NT] {
+                let nb = x.nb;
+                // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
+                unsafe {
+                    let (qb, db) = (q.add(256 * nb), d.add(8 * nb));
+                    let bias = _mm512_set1_epi8(-128);
+                    let mut acc = [_mm512_setzero_ps(); NT];
+                    for blk in 0..nb {
+                        if x.ahead > 0 {
+                            crate::prefetch_lines(q.add(256 * blk).cast(), x.ahead, 4);
+                            crate::prefetch_lines(qb.add(256 * blk).cast(), x.ahead, 4);
+                        }
+                        // Two chains per token (even and odd chunks); the first starts at the offset's
+                        // correction.
+                        let mut isum = [_mm512_setzero_si512(); NT];
+                        let mut isum_odd = [_mm512_setzero_si512(); NT];
+                        for t in 0..NT {
+                            isum[t] = _mm512_set1_epi32(-128 * *x.sums.get_unchecked(t * nb + blk));
+                        }
+                        for c in 0..8 {
+                            let ra = _mm256_loadu_si256(q.add(256 * blk + 32 * c) as *const __m256i);
+                            let rb = _mm256_loadu_si256(qb.add(256 * blk + 32 * c) as *const __m256i);
+                            let w = _mm512_xor_si512(
+                                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ra), rb),
+                                bias,
+                            );
+                            for t in 0..NT {
+                                let y = x.q.as_ptr().add((t * nb + blk) * QK + 4 * c);
+                                let yv = _mm512_set1_epi32((y as *const i32).read_unaligned());
+                                if c % 2 == 0 {
+                                    isum[t] = _mm512_dpbusd_epi32(isum[t], w, yv);
+                                } else {
+                                    isum_odd[t] = _mm512_dpbusd_epi32(isum_odd[t], w, yv);
+                                }
+                            }
+                        }
+                        // The 8-row kernel's `scale_block` (no offsets), sixteen lanes wide.
+                        let half = |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                        let dv = join(half(d.add(8 * blk)), half(db.add(8 * blk)));
+                        for t in 0..NT {
+                            let isum = _mm512_add_epi32(isum[t], isum_odd[t]);
+                            let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));
+                            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[t]);
+                        }
+                    }
+                    acc
                 }
             }
-            acc
-        }
-    }
 
-    /// A pair of groups' per-row values of a block (scales or offsets): eight of the first
-    /// group's at `8 * blk` from the pointer, eight of the second's `8 * nb` further.
-    trait PairValues: Copy {
-        /// Bytes per value.
-        const SIZE: usize;
+            /// A pair of groups' per-row values of a block (scales or offsets): eight of the first
+            /// group's at `8 * blk` from the pointer, eight of the second's `8 * nb` further.
+            trait PairValues: Copy {
+                /// Bytes per value.
+                const SIZE: usize;
 
-        /// Block `blk`'s sixteen values, the first group's in lanes 0..8, as `f32`.
-        ///
-        /// # Safety
-        /// The features; both groups' values of block `blk` readable.
-        unsafe fn load(self, blk: usize, nb: usize) -> __m512;
+                /// Block `blk`'s sixteen values, the first group's in lanes 0..8, as `f32`.
+                ///
+                /// # Safety
+                /// The features; both groups' values of block `blk` readable.
+                unsafe fn load(self, blk: usize, nb: usize) -> __m512;
 
-        /// Where the first group's values start.
-        fn base(self) -> *const u8;
+                /// Where the first group's values start.
+                fn base(self) -> *const u8;
 
-        /// Where block `blk`'s values of the first and second group start.
-        fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
-            let b = self.base();
-            [
-                b.wrapping_add(8 * blk * Self::SIZE),
-                b.wrapping_add(8 * (nb + blk) * Self::SIZE),
-            ]
-        }
-    }
-
-    /// `f32` values.
-    #[derive(Clone, Copy)]
-    struct F32Pair(*const f32);
-
-    impl PairValues for F32Pair {
-        const SIZE: usize = 4;
-
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-        unsafe fn load(self, blk: usize, nb: usize) -> __m512 {
-            // SAFETY: the caller's contract bounds both reads.
-            unsafe {
-                join(
-                    _mm256_loadu_ps(self.0.add(8 * blk)),
-                    _mm256_loadu_ps(self.0.add(8 * (nb + blk))),
-                )
+                /// Where block `blk`'s values of the first and second group start.
+                fn at(self, blk: usize, nb: usize) -> [*const u8; 2] {
+                    let b = self.base();
+                    [
+                        b.wrapping_add(8 * blk * Self::SIZE),
+                        b.wrapping_add(8 * (nb + blk) * Self::SIZE),
+                    ]
+                }
             }
-        }
 
-        fn base(self) -> *const u8 {
-            self.0.cast()
-        }
-    }
+            /// `f32` values.
+            #[derive(Clone, Copy)]
+            struct F32Pair(*const f32);
 
-    /// Half-float values (converted exactly).
-    #[derive(Clone, Copy)]
-    struct F16Pair(*const u16);
+            impl PairValues for F32Pair {
+                const SIZE: usize = 4;
 
-    impl PairValues for F16Pair {
-        const SIZE: usize = 2;
-
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-        unsafe fn load(self, blk: usize, nb: usize) -> __m512 {
-            // SAFETY: the caller's contract bounds both reads.
-            unsafe {
-                let lo = _mm_loadu_si128(self.0.add(8 * blk) as *const __m128i);
-                let hi = _mm_loadu_si128(self.0.add(8 * (nb + blk)) as *const __m128i);
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
-            }
-        }
-
-        fn base(self) -> *const u8 {
-            self.0.cast()
-        }
-    }
-
-    /// A pair's offsets: stored, or each the scale times a constant (Q4_0's -8).
-    #[derive(Clone, Copy)]
-    enum Offsets<V> {
-        Own(V),
-        Times(f32),
-    }
-
-    /// Asks for the lines holding block `blk`'s values of both groups, every `64 / (8 *
-    /// V::SIZE)` blocks: a line holds that many blocks' values of a group, so a stride of 64
-    /// bytes asks for each line once, however the values are aligned, without testing each
-    /// block's address (which cost the 16-row kernel about 4% at four tokens with the
-    /// weights in cache).
-    #[inline]
-    fn prefetch_values<V: PairValues>(v: V, blk: usize, nb: usize, ahead: usize) {
-        if blk.is_multiple_of(64 / (8 * V::SIZE)) {
-            for p in v.at(blk, nb) {
-                crate::prefetch_lines(p, ahead, 1);
-            }
-        }
-    }
-
-    /// One pair: `U4x8` (or `U4x8Half`) twice. Per block, each chunk of the two groups'
-    /// nibbles in one register (low half the first group's, from `q`, `d`, `m`; high half the
-    /// next group's, `nb` blocks further), both nibbles' products with the token's bytes
-    /// straight into 32-bit sums, then the scales and offsets as the 8-row kernel applies
-    /// them (half floats converted exactly, so the same values).
-    ///
-    /// # Safety
-    /// The features; `q`, `d`, `m` readable for two groups of `x.nb` blocks; `x` holding `NT`
-    /// tokens.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-    #[inline]
-    unsafe fn pair_u4x16<const NT: usize, V: PairValues>(
-        q: *const u8,
-        d: V,
-        m: Offsets<V>,
-        x: &Acts<'_>,
-    ) -> [__m512; NT] {
-        let nb = x.nb;
-        // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
-        unsafe {
-            let qb = q.add(128 * nb);
-            let m4 = _mm512_set1_epi8(0x0f);
-            let mut acc = [_mm512_setzero_ps(); NT];
-            for blk in 0..nb {
-                if x.ahead > 0 {
-                    crate::prefetch_lines(q.add(128 * blk), x.ahead, 2);
-                    crate::prefetch_lines(qb.add(128 * blk), x.ahead, 2);
-                    // The scales and offsets, a quarter or an eighth of the quants' bytes, as
-                    // far ahead.
-                    let ahead = x.ahead * V::SIZE / 16;
-                    prefetch_values(d, blk, nb, ahead);
-                    if let Offsets::Own(m) = m {
-                        prefetch_values(m, blk, nb, ahead);
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn load(self, blk: usize, nb: usize) -> __m512 {
+                    // SAFETY: the caller's contract bounds both reads.
+                    unsafe {
+                        join(
+                            _mm256_loadu_ps(self.0.add(8 * blk)),
+                            _mm256_loadu_ps(self.0.add(8 * (nb + blk))),
+                        )
                     }
                 }
-                // Two chains of sums per token (low and high nibbles), added at the end:
-                // integer sums, so the same value, with half the wait on each `vpdpbusd`.
-                let mut isum = [_mm512_setzero_si512(); NT];
-                let mut isum_hi = [_mm512_setzero_si512(); NT];
-                for c in 0..4 {
-                    let ra = _mm256_loadu_si256(q.add(128 * blk + 32 * c) as *const __m256i);
-                    let rb = _mm256_loadu_si256(qb.add(128 * blk + 32 * c) as *const __m256i);
-                    let raw = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ra), rb);
-                    let lo = _mm512_and_si512(raw, m4);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
-                    for t in 0..NT {
-                        let y = x.q.as_ptr().add((t * nb + blk) * QK);
-                        let ylo = _mm512_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
-                        let yhi =
-                            _mm512_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
-                        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, ylo);
-                        isum_hi[t] = _mm512_dpbusd_epi32(isum_hi[t], hi, yhi);
-                    }
-                }
-                // The 8-row kernel's `scale_block`, sixteen lanes wide.
-                let dv = d.load(blk, nb);
-                let mv = match m {
-                    Offsets::Own(m) => m.load(blk, nb),
-                    Offsets::Times(by) => _mm512_mul_ps(dv, _mm512_set1_ps(by)),
-                };
-                for t in 0..NT {
-                    let isum = _mm512_add_epi32(isum[t], isum_hi[t]);
-                    let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[t]);
-                    acc[t] = _mm512_fmadd_ps(
-                        mv,
-                        _mm512_set1_ps(*x.s.get_unchecked(t * nb + blk)),
-                        acc[t],
-                    );
+
+                fn base(self) -> *const u8 {
+                    self.0.cast()
                 }
             }
-            acc
-        }
-    }
 
-    /// `lo` in lanes 0..8, `hi` in lanes 8..16.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw")]
-    #[inline]
-    fn join(lo: __m256, hi: __m256) -> __m512 {
-        _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
-            _mm256_castps_pd(hi),
-        ))
-    }
+            /// Half-float values (converted exactly).
+            #[derive(Clone, Copy)]
+            struct F16Pair(*const u16);
+
+            impl PairValues for F16Pair {
+                const SIZE: usize = 2;
+
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn load(self, blk: usize, nb: usize) -> __m512 {
+                    // SAFETY: the caller's contract bounds both reads.
+                    unsafe {
+                        let lo = _mm_loadu_si128(self.0.add(8 * blk) as *const __m128i);
+                        let hi = _mm_loadu_si128(self.0.add(8 * (nb + blk)) as *const __m128i);
+                        _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+                    }
+                }
+
+                fn base(self) -> *const u8 {
+                    self.0.cast()
+                }
+            }
+
+            /// A pair's offsets: stored, or each the scale times a constant (Q4_0's -8).
+            #[derive(Clone, Copy)]
+            enum Offsets<V> {
+                Own(V),
+                Times(f32),
+            }
+
+            /// Asks for the lines holding block `blk`'s values of both groups, every `64 / (8 *
+            /// V::SIZE)` blocks: a line holds that many blocks' values of a group, so a stride of 64
+            /// bytes asks for each line once, however the values are aligned, without testing each
+            /// block's address (which cost the 16-row kernel about 4% at four tokens with the
+            /// weights in cache).
+            #[inline]
+            fn prefetch_values<V: PairValues>(v: V, blk: usize, nb: usize, ahead: usize) {
+                if blk.is_multiple_of(64 / (8 * V::SIZE)) {
+                    for p in v.at(blk, nb) {
+                        crate::prefetch_lines(p, ahead, 1);
+                    }
+                }
+            }
+
+            /// One pair: `U4x8` (or `U4x8Half`) twice. Per block, each chunk of the two groups'
+            /// nibbles in one register (low half the first group's, from `q`, `d`, `m`; high half the
+            /// next group's, `nb` blocks further): one 64-byte load where the pair's chunks lie side by
+            /// side (`TOGETHER`, `pairs` of `Packed::U4x8`), two loads and an insert where they do not.
+            /// Both nibbles' products with the token's bytes go straight into 32-bit sums, then the
+            /// scales and offsets as the 8-row kernel applies them (half floats converted exactly, so
+            /// the same values). The high nibbles are one GFNI affine transform (each byte's bits
+            /// 4..8 moved to 0..4, the rest zero) where the module has GFNI, a shift and a mask where
+            /// it does not: the same bytes.
+            ///
+            /// # Safety
+            /// The features; `q`, `d`, `m` readable for two groups of `x.nb` blocks; `x` holding `NT`
+            /// tokens.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn pair_u4x16<const NT: usize, V: PairValues, const TOGETHER: bool>(
+                q: *const u8,
+                d: V,
+                m: Offsets<V>,
+                x: &Acts<'_>,
+            ) -> [__m512; NT] {
+                let nb = x.nb;
+                // SAFETY: the caller's contract bounds every read: block `blk < nb` of either group.
+                unsafe {
+                    let qb = q.add(128 * nb);
+                    let m4 = _mm512_set1_epi8(0x0f);
+                    // Row `7 - i` of the bit matrix picks input bit `i + 4` for output bit `i < 4`.
+                    let high = _mm512_set1_epi64(0x1020_4080_0000_0000);
+                    let mut acc = [_mm512_setzero_ps(); NT];
+                    for blk in 0..nb {
+                        if x.ahead > 0 {
+                            if TOGETHER {
+                                crate::prefetch_lines(q.add(256 * blk), x.ahead, 4);
+                            } else {
+                                crate::prefetch_lines(q.add(128 * blk), x.ahead, 2);
+                                crate::prefetch_lines(qb.add(128 * blk), x.ahead, 2);
+                            }
+                            // The scales and offsets, a quarter or an eighth of the quants' bytes, as
+                            // far ahead.
+                            let ahead = x.ahead * V::SIZE / 16;
+                            prefetch_values(d, blk, nb, ahead);
+                            if let Offsets::Own(m) = m {
+                                prefetch_values(m, blk, nb, ahead);
+                            }
+                        }
+                        // Two chains of sums per token (low and high nibbles), added at the end:
+                        // integer sums, so the same value, with half the wait on each `vpdpbusd`.
+                        let mut isum = [_mm512_setzero_si512(); NT];
+                        let mut isum_hi = [_mm512_setzero_si512(); NT];
+                        for c in 0..4 {
+                            let raw = if TOGETHER {
+                                _mm512_loadu_si512(q.add(256 * blk + 64 * c) as *const __m512i)
+                            } else {
+                                let ra = _mm256_loadu_si256(q.add(128 * blk + 32 * c) as *const __m256i);
+                                let rb = _mm256_loadu_si256(qb.add(128 * blk + 32 * c) as *const __m256i);
+                                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ra), rb)
+                            };
+                            let lo = _mm512_and_si512(raw, m4);
+                            let hi = if GFNI {
+                                _mm512_gf2p8affine_epi64_epi8::<0>(raw, high)
+                            } else {
+                                _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
+                            };
+                            for t in 0..NT {
+                                let y = x.q.as_ptr().add((t * nb + blk) * QK);
+                                let ylo = _mm512_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+                                let yhi =
+                                    _mm512_set1_epi32((y.add(16 + 4 * c) as *const i32).read_unaligned());
+                                isum[t] = _mm512_dpbusd_epi32(isum[t], lo, ylo);
+                                isum_hi[t] = _mm512_dpbusd_epi32(isum_hi[t], hi, yhi);
+                            }
+                        }
+                        // The 8-row kernel's `scale_block`, sixteen lanes wide.
+                        let dv = d.load(blk, nb);
+                        let mv = match m {
+                            Offsets::Own(m) => m.load(blk, nb),
+                            Offsets::Times(by) => _mm512_mul_ps(dv, _mm512_set1_ps(by)),
+                        };
+                        for t in 0..NT {
+                            let isum = _mm512_add_epi32(isum[t], isum_hi[t]);
+                            let sc = _mm512_mul_ps(dv, _mm512_set1_ps(*x.d.get_unchecked(t * nb + blk)));
+                            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[t]);
+                            acc[t] = _mm512_fmadd_ps(
+                                mv,
+                                _mm512_set1_ps(*x.s.get_unchecked(t * nb + blk)),
+                                acc[t],
+                            );
+                        }
+                    }
+                    acc
+                }
+            }
+
+            /// `lo` in lanes 0..8, `hi` in lanes 8..16.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn join(lo: __m256, hi: __m256) -> __m512 {
+                _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                    _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+                    _mm256_castps_pd(hi),
+                ))
+            }
+        }
+    };
 }
+
+x16_kernels!(
+    x16_avx512,
+    "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw",
+    false
+);
+x16_kernels!(
+    x16_avx512_gfni,
+    "avx2,fma,f16c,avx512f,avx512vnni,avx512vl,avx512bw,gfni",
+    true
+);
 
 /// The [`crate::wide`] kernels: 12-bit weights times 16-bit activations, eight rows of a group
 /// per 256-bit register, with `vpdpwssd` (AVX-512 VNNI) or `vpmaddwd` (AVX2).
