@@ -186,7 +186,6 @@ async fn coordinator(join: &[&str]) -> Result<ClusterNode> {
     for j in join {
         node.join(j).await?;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(node)
 }
 

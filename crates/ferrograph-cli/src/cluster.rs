@@ -77,8 +77,6 @@ impl ConnArgs {
         for addr in &self.join {
             let peer = node.join(addr).await?;
             crate::print::line(format!("joined {} at {addr}", peer.name));
-            // Transitive connections to the joined node's peers open right after.
-            tokio::time::sleep(Duration::from_millis(300)).await;
         }
         Ok(())
     }
@@ -277,11 +275,10 @@ async fn client_node(conn: &ConnArgs, role: &str) -> Result<ClusterNode> {
     let name = format!("{role}-{}", std::process::id());
     let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
     let node = ClusterNode::start(conn.config(name, listen, Vec::new())?).await?;
+    // Each join also joins the joined node's peers.
     for addr in &conn.join {
         node.join(addr).await?;
     }
-    // Transitive connections to the joined nodes' peers open right after the join.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(node)
 }
 

@@ -299,8 +299,8 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     c_args.extend(["--join".to_string(), b.addr.clone()]);
     let c_refs: Vec<&str> = c_args.iter().map(String::as_str).collect();
     let c = Node::start(root, "c", &c_refs);
-    // With TLS a node joins each node itself (ractor_cluster's transitive connections are
-    // plain TCP, so they are off).
+    // With TLS a node joins each node itself (joining a node's peers for it would open
+    // connections whose certificates name nobody).
     let out = ferro(&root.join("x"), "test-secret")
         .args([
             "cluster", "status", "--json", "--join", &b.addr, "--join", &c.addr,
@@ -505,6 +505,37 @@ fn a_frozen_worker_is_noticed_within_the_failure_timeout() {
     let msgs = thread_messages(root, "t");
     assert_eq!(msgs.len(), 2);
     assert_eq!(msgs[1]["content"], format!("node m heard: {question}"));
+}
+
+/// A node that joins one node of a chain joins that node's peers before `join` returns, so
+/// a client that joined the last node of m1 <- m2 <- m3 sees all three and every model host:
+/// m3 reached m1 only through m2's list of peers, and the client reached m1 and m2 only
+/// through m3's.
+#[test]
+fn joining_one_node_joins_its_peers_before_the_join_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let m1 = Node::start(root, "m1", &["--serve-model", "echo"]);
+    let m2 = Node::start(root, "m2", &["--join", &m1.addr]);
+    let m3 = Node::start(root, "m3", &["--serve-model", "echo", "--join", &m2.addr]);
+    let s = status(root, &m3.addr);
+    let mut names: Vec<&str> = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .filter(|n| !n.starts_with("status-"))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["m1", "m2", "m3"], "{s}");
+    let mut hosts: Vec<&str> = s["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["node"].as_str().unwrap())
+        .collect();
+    hosts.sort_unstable();
+    assert_eq!(hosts, ["m1", "m3"], "{s}");
 }
 
 #[test]

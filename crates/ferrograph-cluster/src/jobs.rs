@@ -240,6 +240,13 @@ impl Actor for Host {
                     },
                 );
             }
+            Request::Peers => answer(
+                protocol,
+                reply,
+                Reply::Refused {
+                    reason: "a host does not list peers; its node agent does".into(),
+                },
+            ),
         }
         Ok(())
     }

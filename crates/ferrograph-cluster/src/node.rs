@@ -76,6 +76,8 @@ pub(crate) struct NodeShared {
     pub(crate) models: Mutex<Vec<String>>,
     pub(crate) running: AtomicU32,
     pub(crate) served: AtomicU64,
+    /// The node's session server, whose sessions [`Request::Peers`] lists.
+    pub(crate) server: ActorRef<NodeServerMessage>,
 }
 
 impl NodeShared {
@@ -142,7 +144,22 @@ pub(crate) fn refuse_version(protocol: u32, reply: ractor::RpcReplyPort<Vec<u8>>
     }
 }
 
-/// The node agent: answers [`Request::Info`] with the node's description.
+/// Where the nodes of `server`'s sessions listen, as they announced it (`host:port`).
+async fn peer_addrs(server: &ActorRef<NodeServerMessage>) -> Vec<String> {
+    match ractor::call_t!(server, NodeServerMessage::GetSessions, 5_000) {
+        Ok(sessions) => sessions
+            .into_values()
+            .filter_map(|s| s.peer_name.map(|p| p.connection_string))
+            .collect(),
+        Err(e) => {
+            tracing::warn!("listing this node's sessions: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// The node agent: answers [`Request::Info`] with the node's description and
+/// [`Request::Peers`] with where its peers listen.
 struct NodeAgent;
 
 impl Actor for NodeAgent {
@@ -175,6 +192,7 @@ impl Actor for NodeAgent {
         }
         let answer = match wire::decode_from::<Request>(&bytes, shared.protocol, "a peer") {
             Ok(Request::Info) => Reply::Node(shared.info()),
+            Ok(Request::Peers) => Reply::Peers(peer_addrs(&shared.server).await),
             Ok(other) => Reply::Refused {
                 reason: format!("a node agent does not serve {other:?}"),
             },
@@ -279,13 +297,10 @@ impl ClusterNode {
             Some(t) => IncomingEncryptionMode::Tls(t.acceptor.clone()),
             None => IncomingEncryptionMode::Raw,
         };
-        // Transitive: joining one node connects to the nodes it knows. Those extra
-        // connections are plain TCP, so with TLS every node is joined by hand.
-        let mode = if tls.is_some() {
-            ractor_cluster::node::NodeConnectionMode::Isolated
-        } else {
-            ractor_cluster::node::NodeConnectionMode::Transitive
-        };
+        // Isolated: the session layer opens no connections of its own. `join` joins the
+        // peers of the joined node itself (without TLS), so that the mesh is complete when
+        // it returns (see `join_peers_of`).
+        let mode = ractor_cluster::node::NodeConnectionMode::Isolated;
         let server = NodeServer::new(
             port,
             config.cookie.clone(),
@@ -318,6 +333,7 @@ impl ClusterNode {
             models: Mutex::new(Vec::new()),
             running: AtomicU32::new(0),
             served: AtomicU64::new(0),
+            server: server.clone(),
         });
         let (agent, _) = Actor::spawn(None, NodeAgent, shared.clone())
             .await
@@ -388,7 +404,64 @@ impl ClusterNode {
 
     /// Joins the node at `addr` (`host:port`): opens the session (TLS when configured),
     /// waits until it is authenticated and ready, and checks the peer's protocol version.
+    /// Without TLS it then joins every node that node has a session with and this one has
+    /// not (see [`ClusterNode::join_peers_of`]); with TLS each node is joined by hand.
     pub async fn join(&self, addr: &str) -> Result<NodeInfo, ClusterError> {
+        let (info, node_id) = self.join_one(addr).await?;
+        if self.tls.is_none() {
+            self.join_peers_of(node_id, &info.name).await;
+        }
+        Ok(info)
+    }
+
+    /// Joins the nodes that the peer behind session `node_id` (named `name`) has sessions
+    /// with, where this node has none: the cluster's full mesh, complete when `join`
+    /// returns. `ractor_cluster`'s transitive mode did this in the background, asking the
+    /// peer for its sessions with a 500 ms limit and giving up silently past it; under the
+    /// whole test suite's load a coordinator that joined one model node once never saw the
+    /// other, and a call lost with the first had nowhere to go. A peer that cannot be joined
+    /// is logged and skipped.
+    async fn join_peers_of(&self, node_id: u64, name: &str) {
+        let Some(agent) = agent_of(node_id) else {
+            return;
+        };
+        let reply = call(
+            &agent,
+            self.shared.protocol,
+            name,
+            &Request::Peers,
+            self.shared.failure_timeout,
+        )
+        .await;
+        let peers = match reply {
+            Ok(Reply::Peers(peers)) => peers,
+            Ok(other) => {
+                tracing::warn!(peer = %name, "asked for its peers, it answered {other:?}");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(peer = %name, "asking for its peers: {e}");
+                return;
+            }
+        };
+        let me = self.listen_addr();
+        for addr in peers.into_iter().filter(|a| *a != me) {
+            let Ok(target) = addr.parse::<SocketAddr>() else {
+                tracing::debug!(%addr, "a peer's peer announced an address that is not ip:port");
+                continue;
+            };
+            if self.session_with(&target).await.is_some() {
+                continue;
+            }
+            match self.join_one(&addr).await {
+                Ok((info, _)) => tracing::info!(peer = %info.name, %addr, via = %name, "joined"),
+                Err(e) => tracing::warn!(%addr, via = %name, "joining a peer's peer: {e}"),
+            }
+        }
+    }
+
+    /// [`ClusterNode::join`] of the node at `addr` alone; also returns the session's id.
+    async fn join_one(&self, addr: &str) -> Result<(NodeInfo, u64), ClusterError> {
         let join_err = |message: String| ClusterError::Join {
             addr: addr.to_string(),
             message,
@@ -404,7 +477,8 @@ impl ClusterNode {
         // Already connected (a transitive connection opened when another node was joined):
         // that session is the join.
         if let Some(node_id) = self.session_with(&target).await {
-            return check_peer(&self.server, &self.shared, node_id, addr).await;
+            let info = check_peer(&self.server, &self.shared, node_id, addr).await?;
+            return Ok((info, node_id));
         }
         let mut rx = self.events.subscribe();
         match &self.tls {
@@ -473,7 +547,7 @@ impl ClusterNode {
         };
         let info = check_peer(&self.server, &self.shared, node_id, addr).await?;
         tracing::info!(peer = %info.name, %addr, "joined");
-        Ok(info)
+        Ok((info, node_id))
     }
 
     /// The id of an open session with the node listening on (or connected from) `target`.
@@ -545,6 +619,14 @@ pub(crate) async fn ask_members(
     out
 }
 
+/// The node agent of the peer behind session `node_id`, once its process groups have
+/// reached this node.
+fn agent_of(node_id: u64) -> Option<ActorCell> {
+    ractor::pg::get_members(&NODES_GROUP.to_string())
+        .into_iter()
+        .find(|c| !c.get_id().is_local() && c.get_id().node() == node_id)
+}
+
 /// Finds the agent of the peer behind session `node_id` and checks its protocol version; a
 /// peer of another version is disconnected.
 async fn check_peer(
@@ -555,10 +637,7 @@ async fn check_peer(
 ) -> Result<NodeInfo, ClusterError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let agent = loop {
-        let found = ractor::pg::get_members(&NODES_GROUP.to_string())
-            .into_iter()
-            .find(|c| !c.get_id().is_local() && c.get_id().node() == node_id);
-        if let Some(agent) = found {
+        if let Some(agent) = agent_of(node_id) {
             break agent;
         }
         if tokio::time::Instant::now() > deadline {

@@ -96,6 +96,9 @@ pub enum Request {
         /// The job.
         job: u64,
     },
+    /// Where the nodes this node has sessions with listen: a node agent answers
+    /// [`Reply::Peers`], so that a node joining it can join them too.
+    Peers,
 }
 
 /// One node's description, as its node agent gives it.
@@ -171,6 +174,9 @@ pub enum Reply {
         /// Why.
         reason: String,
     },
+    /// A node agent's peers: the `host:port` each of the nodes it has sessions with listens
+    /// on.
+    Peers(Vec<String>),
 }
 
 fn bincode_config() -> impl bincode::config::Config {
