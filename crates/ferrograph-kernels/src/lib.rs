@@ -957,12 +957,13 @@ fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize,
 /// groups side by side (`pairs` of [`Packed::U4x8`]): where this CPU runs the 16-row kernels,
 /// which then load a pair's chunk in one 64-byte read instead of two 32-byte reads and an
 /// insert (an instruction of the ones that bound those kernels at four tokens), unless
-/// `FERROGRAPH_PAIRS=0`. The 8-row kernels read either layout.
+/// `FERROGRAPH_PAIRS=0`. The 8-row kernels read either layout; a CPU (or `FERROGRAPH_ISA`)
+/// without the 16-row kernels keeps the group-by-group one, which they read whole lines of.
 fn pairs_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         std::env::var("FERROGRAPH_PAIRS").map_or(true, |v| v != "0")
-            && isa_available(Isa::Avx512Vnni)
+            && detected_isa() == Isa::Avx512Vnni
     })
 }
 
