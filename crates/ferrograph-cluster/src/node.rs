@@ -474,8 +474,8 @@ impl ClusterNode {
             .first()
             .ok_or_else(|| join_err("it resolves to no address".into()))?;
         check_address("joining", &target, self.tls.is_some())?;
-        // Already connected (a transitive connection opened when another node was joined):
-        // that session is the join.
+        // Already connected (the peer joined this node, or this node joined it as another
+        // node's peer): that session is the join.
         if let Some(node_id) = self.session_with(&target).await {
             let info = check_peer(&self.server, &self.shared, node_id, addr).await?;
             return Ok((info, node_id));
