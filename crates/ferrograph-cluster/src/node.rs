@@ -405,7 +405,8 @@ impl ClusterNode {
     /// Joins the node at `addr` (`host:port`): opens the session (TLS when configured),
     /// waits until it is authenticated and ready, and checks the peer's protocol version.
     /// Without TLS it then joins every node that node has a session with and this one has
-    /// not (see [`ClusterNode::join_peers_of`]); with TLS each node is joined by hand.
+    /// not, asking that node's agent where its peers listen; with TLS each node is joined by
+    /// hand.
     pub async fn join(&self, addr: &str) -> Result<NodeInfo, ClusterError> {
         let (info, node_id) = self.join_one(addr).await?;
         if self.tls.is_none() {

@@ -230,7 +230,8 @@ pub enum Packed {
     /// With `pairs`, each pair of groups `2p`, `2p + 1` (but an odd last group) has its chunks
     /// side by side instead, so that the 16-row kernels read both groups' chunk in one 64-byte
     /// load: in the pair's 256 bytes per block, from `q[256 * (p * nb + b)]`, chunk `c` of
-    /// group `2p + h` is at `64 * c + 32 * h` (see [`pairs_enabled`]).
+    /// group `2p + h` is at `64 * c + 32 * h`. Matrices are loaded this way where the
+    /// instruction set in use has those kernels (AVX-512 VNNI), unless `FERROGRAPH_PAIRS=0`.
     U4x8 {
         /// Scale per row and block.
         d: WeightBuf<f32>,
