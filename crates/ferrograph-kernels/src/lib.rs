@@ -925,10 +925,15 @@ pub(crate) fn prefetch_distance() -> usize {
     })
 }
 
+/// Whether the comparison switch `var` leaves its feature on: unset, or anything but `0`.
+fn switched_on(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v != "0")
+}
+
 /// Whether matrices are interleaved at load (`FERROGRAPH_INTERLEAVE=0` turns it off).
 fn interleave_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FERROGRAPH_INTERLEAVE").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| switched_on("FERROGRAPH_INTERLEAVE"))
 }
 
 /// Reorders `v`, a `rows` (a multiple of 8) by `nb` blocks matrix with `per` values per
@@ -962,10 +967,7 @@ fn interleave_in_place<T: Copy>(v: &mut [T], rows: usize, nb: usize, per: usize,
 /// without the 16-row kernels keeps the group-by-group one, which they read whole lines of.
 fn pairs_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("FERROGRAPH_PAIRS").map_or(true, |v| v != "0")
-            && detected_isa() == Isa::Avx512Vnni
-    })
+    *ON.get_or_init(|| switched_on("FERROGRAPH_PAIRS") && detected_isa() == Isa::Avx512Vnni)
 }
 
 /// Moves the nibbles of an interleaved matrix of `groups` groups of `nb` blocks between the
@@ -1470,17 +1472,19 @@ fn has_x16(isa: Isa, all: &Interleaved<'_>) -> bool {
     false
 }
 
+/// Whether this CPU has GFNI.
+fn cpu_has_gfni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("gfni");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Whether the 16-row kernels take the high nibbles with GFNI (where this CPU has it, unless
 /// `FERROGRAPH_GFNI=0`): one instruction where a shift and a mask took two, the same bytes.
 fn gfni_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        let has = is_x86_feature_detected!("gfni");
-        #[cfg(not(target_arch = "x86_64"))]
-        let has = false;
-        has && std::env::var("FERROGRAPH_GFNI").map_or(true, |v| v != "0")
-    })
+    *ON.get_or_init(|| cpu_has_gfni() && switched_on("FERROGRAPH_GFNI"))
 }
 
 /// Products of groups `groups` (an even count, from an even group) of `all` (a whole matrix
@@ -1603,8 +1607,7 @@ fn matmul_on(
     x: &QAct,
 ) {
     let isa = if isa_available(isa) { isa } else { Isa::Scalar };
-    #[cfg(target_arch = "x86_64")]
-    let gfni = gfni && is_x86_feature_detected!("gfni");
+    let gfni = gfni && cpu_has_gfni();
     let t = x.rows;
     let mut outs = Vec::with_capacity(jobs.len());
     for (w, out) in jobs.iter_mut() {

@@ -758,15 +758,13 @@ macro_rules! x16_kernels {
                     for g in groups.step_by(2) {
                         // Both layouts of nibbles keep a pair's bytes at the same place.
                         let acc = match *layout {
-                            PairLayout::U4 { q, d, m, paired } => {
-                                let (q, d) = (q.as_ptr().add(128 * nb * g), F32Pair(d.as_ptr().add(8 * nb * g)));
-                                let m = Offsets::Own(F32Pair(m.as_ptr().add(8 * nb * g)));
-                                if paired {
-                                    pair_u4x16::<NT, _, true>(q, d, m, x)
-                                } else {
-                                    pair_u4x16::<NT, _, false>(q, d, m, x)
-                                }
-                            }
+                            PairLayout::U4 { q, d, m, paired } => pair_u4x16_of::<NT, _>(
+                                paired,
+                                q.as_ptr().add(128 * nb * g),
+                                F32Pair(d.as_ptr().add(8 * nb * g)),
+                                Offsets::Own(F32Pair(m.as_ptr().add(8 * nb * g))),
+                                x,
+                            ),
                             PairLayout::U4Half { q, d, m, by, paired } => {
                                 let d = F16Pair(d.as_ptr().add(8 * nb * g));
                                 let m = if m.is_empty() {
@@ -774,12 +772,7 @@ macro_rules! x16_kernels {
                                 } else {
                                     Offsets::Own(F16Pair(m.as_ptr().add(8 * nb * g)))
                                 };
-                                let q = q.as_ptr().add(128 * nb * g);
-                                if paired {
-                                    pair_u4x16::<NT, _, true>(q, d, m, x)
-                                } else {
-                                    pair_u4x16::<NT, _, false>(q, d, m, x)
-                                }
+                                pair_u4x16_of::<NT, _>(paired, q.as_ptr().add(128 * nb * g), d, m, x)
                             }
                             PairLayout::I8 { q, d } => pair_i8x16::<NT>(
                                 q.as_ptr().add(256 * nb * g),
@@ -948,6 +941,30 @@ macro_rules! x16_kernels {
                 if blk.is_multiple_of(64 / (8 * V::SIZE)) {
                     for p in v.at(blk, nb) {
                         crate::prefetch_lines(p, ahead, 1);
+                    }
+                }
+            }
+
+            /// [`pair_u4x16`] for either layout of nibbles: `paired` where the pair's chunks lie side
+            /// by side.
+            ///
+            /// # Safety
+            /// As [`pair_u4x16`].
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn pair_u4x16_of<const NT: usize, V: PairValues>(
+                paired: bool,
+                q: *const u8,
+                d: V,
+                m: Offsets<V>,
+                x: &Acts<'_>,
+            ) -> [__m512; NT] {
+                // SAFETY: the caller's contract is `pair_u4x16`'s.
+                unsafe {
+                    if paired {
+                        pair_u4x16::<NT, V, true>(q, d, m, x)
+                    } else {
+                        pair_u4x16::<NT, V, false>(q, d, m, x)
                     }
                 }
             }
