@@ -119,6 +119,20 @@ fn status(root: &Path, join: &str) -> Value {
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("{e}: {s}"))
 }
 
+/// The names of the nodes in `cluster status --json` output `s`, sorted, without the status
+/// commands' own client nodes.
+fn node_names(s: &Value) -> Vec<&str> {
+    let mut names: Vec<&str> = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .filter(|n| !n.starts_with("status-"))
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 /// The name of the node among `names` with a job running, waiting up to 10 s.
 fn busy(root: &Path, join: &str, names: &[&str]) -> String {
     let t = Instant::now();
@@ -265,14 +279,7 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
 
     // The right cookie sees the node, and not the refused ones.
     let s = status(root, &a.addr);
-    let names: Vec<&str> = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["name"].as_str().unwrap())
-        .filter(|n| !n.starts_with("status-"))
-        .collect();
-    assert_eq!(names, vec!["a"]);
+    assert_eq!(node_names(&s), vec!["a"]);
     assert_eq!(s["hosts"][0]["name"], "echo");
     assert_eq!(s["hosts"][0]["node"], "a");
 
@@ -311,15 +318,7 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut names: Vec<&str> = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["name"].as_str().unwrap())
-        .filter(|n| !n.starts_with("status-"))
-        .collect();
-    names.sort_unstable();
-    assert_eq!(names, vec!["b", "c"], "{s}");
+    assert_eq!(node_names(&s), vec!["b", "c"], "{s}");
     let join_b = [
         "cluster",
         "status",
@@ -519,15 +518,7 @@ fn joining_one_node_joins_its_peers_before_the_join_returns() {
     let m2 = Node::start(root, "m2", &["--join", &m1.addr]);
     let m3 = Node::start(root, "m3", &["--serve-model", "echo", "--join", &m2.addr]);
     let s = status(root, &m3.addr);
-    let mut names: Vec<&str> = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["name"].as_str().unwrap())
-        .filter(|n| !n.starts_with("status-"))
-        .collect();
-    names.sort_unstable();
-    assert_eq!(names, ["m1", "m2", "m3"], "{s}");
+    assert_eq!(node_names(&s), ["m1", "m2", "m3"], "{s}");
     let mut hosts: Vec<&str> = s["hosts"]
         .as_array()
         .unwrap()

@@ -144,12 +144,32 @@ pub(crate) fn refuse_version(protocol: u32, reply: ractor::RpcReplyPort<Vec<u8>>
     }
 }
 
-/// Where the nodes of `server`'s sessions listen, as they announced it (`host:port`).
-async fn peer_addrs(server: &ActorRef<NodeServerMessage>) -> Vec<String> {
-    match ractor::call_t!(server, NodeServerMessage::GetSessions, 5_000) {
+/// One of a node server's open sessions.
+struct OpenSession {
+    node_id: u64,
+    /// Where the peer listens, as it announced it (`host:port`), once it has.
+    listens: Option<String>,
+    /// The session's remote address.
+    peer_addr: String,
+}
+
+impl OpenSession {
+    /// Whether the peer listens on, or connected from, `addr`.
+    fn is_at(&self, addr: &str) -> bool {
+        self.listens.as_deref() == Some(addr) || self.peer_addr == addr
+    }
+}
+
+/// `server`'s open sessions; none (logged) when it does not answer within 2 s.
+async fn open_sessions(server: &ActorRef<NodeServerMessage>) -> Vec<OpenSession> {
+    match ractor::call_t!(server, NodeServerMessage::GetSessions, 2_000) {
         Ok(sessions) => sessions
             .into_values()
-            .filter_map(|s| s.peer_name.map(|p| p.connection_string))
+            .map(|s| OpenSession {
+                node_id: s.node_id,
+                listens: s.peer_name.map(|p| p.connection_string),
+                peer_addr: s.peer_addr,
+            })
             .collect(),
         Err(e) => {
             tracing::warn!("listing this node's sessions: {e}");
@@ -192,7 +212,13 @@ impl Actor for NodeAgent {
         }
         let answer = match wire::decode_from::<Request>(&bytes, shared.protocol, "a peer") {
             Ok(Request::Info) => Reply::Node(shared.info()),
-            Ok(Request::Peers) => Reply::Peers(peer_addrs(&shared.server).await),
+            Ok(Request::Peers) => Reply::Peers(
+                open_sessions(&shared.server)
+                    .await
+                    .into_iter()
+                    .filter_map(|s| s.listens)
+                    .collect(),
+            ),
             Ok(other) => Reply::Refused {
                 reason: format!("a node agent does not serve {other:?}"),
             },
@@ -446,12 +472,13 @@ impl ClusterNode {
             }
         };
         let me = self.listen_addr();
+        let open = open_sessions(&self.server).await;
         for addr in peers.into_iter().filter(|a| *a != me) {
             let Ok(target) = addr.parse::<SocketAddr>() else {
                 tracing::debug!(%addr, "a peer's peer announced an address that is not ip:port");
                 continue;
             };
-            if self.session_with(&target).await.is_some() {
+            if open.iter().any(|s| s.is_at(&target.to_string())) {
                 continue;
             }
             match self.join_one(&addr).await {
@@ -553,15 +580,12 @@ impl ClusterNode {
 
     /// The id of an open session with the node listening on (or connected from) `target`.
     async fn session_with(&self, target: &SocketAddr) -> Option<u64> {
-        let sessions = ractor::call_t!(self.server, NodeServerMessage::GetSessions, 2_000).ok()?;
         let wanted = target.to_string();
-        sessions.values().find_map(|s| {
-            let listens_there = s
-                .peer_name
-                .as_ref()
-                .is_some_and(|p| p.connection_string == wanted);
-            (listens_there || s.peer_addr == wanted).then_some(s.node_id)
-        })
+        open_sessions(&self.server)
+            .await
+            .into_iter()
+            .find(|s| s.is_at(&wanted))
+            .map(|s| s.node_id)
     }
 
     /// Every node this one is connected to, and itself, as their agents describe them.
