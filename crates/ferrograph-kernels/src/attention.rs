@@ -486,6 +486,27 @@ pub(crate) fn attention(
     attention_with(Blocks::best(), pool.threads(), shape, q, seqs, window, out);
 }
 
+/// [`attention`] of one sequence on the calling thread alone: for a caller that has already
+/// split the sequences over the pool's threads. The same bits as [`attention`] (the result
+/// does not depend on how the work is split).
+pub(crate) fn attention_here(
+    shape: &AttnShape,
+    q: &[f32],
+    seq: &AttnSeq<'_>,
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    attention_with(
+        Blocks::best(),
+        1,
+        shape,
+        q,
+        std::slice::from_ref(seq),
+        window,
+        out,
+    );
+}
+
 /// Which code computes the blocks: each performs the same operations in the same order on
 /// every score and output, so all give the same bits (tested).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

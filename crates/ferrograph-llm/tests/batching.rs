@@ -17,6 +17,10 @@ use std::sync::OnceLock;
 
 fn model_path() -> Option<PathBuf> {
     static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    // Two kernel threads whatever the machine (every test asks for the model before its
+    // first product): a decode step of sequences split evenly over two threads takes its own
+    // path (`attention_in_one_dispatch` in the kernels' decoder).
+    ferrograph_kernels::pool::set_threads(2);
     PATH.get_or_init(|| match ensure_model(DEFAULT_CHAT_MODEL) {
         Ok(p) => Some(p),
         Err(e) => {
@@ -148,6 +152,86 @@ fn a_batched_pass_gives_each_sequence_its_logits_alone() {
         }
     }
     assert_eq!(outs, greedy_alone);
+}
+
+/// Greedy decoding of `prompts` one sequence at a time: each step's logits.
+fn greedy_alone(base: &DecoderModel, prompts: &[Vec<u32>], steps: usize) -> Vec<Vec<Vec<f32>>> {
+    prompts
+        .iter()
+        .map(|p| {
+            let mut m = base.clone();
+            m.reset();
+            let mut logits = m.forward(p, 0).unwrap();
+            let mut all = vec![logits.clone()];
+            for step in 0..steps {
+                let t = argmax(&logits);
+                logits = m.forward(&[t], p.len() + step).unwrap();
+                all.push(logits.clone());
+            }
+            all
+        })
+        .collect()
+}
+
+/// Greedy decoding of `prompts` together: one batched pass of the prompts, then one
+/// batched pass a step; each step's logits per sequence.
+fn greedy_batched(base: &DecoderModel, prompts: &[Vec<u32>], steps: usize) -> Vec<Vec<Vec<f32>>> {
+    let mut ms: Vec<DecoderModel> = prompts
+        .iter()
+        .map(|_| {
+            let mut m = base.clone();
+            m.reset();
+            m
+        })
+        .collect();
+    let mut feed: Vec<(Vec<u32>, usize)> = prompts.iter().map(|p| (p.clone(), 0)).collect();
+    let mut all: Vec<Vec<Vec<f32>>> = vec![Vec::new(); prompts.len()];
+    for _ in 0..=steps {
+        let mut items: Vec<BatchItem<'_>> = ms
+            .iter_mut()
+            .zip(&feed)
+            .map(|(m, (toks, pos))| BatchItem {
+                model: m,
+                tokens: toks,
+                pos: *pos,
+                logits: Vec::new(),
+            })
+            .collect();
+        let logits = forward_batch(&mut items).unwrap();
+        for (i, l) in logits.into_iter().enumerate() {
+            let pos = feed[i].1 + feed[i].0.len();
+            feed[i] = (vec![argmax(&l)], pos);
+            all[i].push(l);
+        }
+    }
+    all
+}
+
+#[test]
+fn sequences_decoding_at_even_depths_give_each_its_logits_alone() {
+    let Some(path) = model_path() else { return };
+    let base = decoder(&path);
+    // Four prompts of nearly the same length, so that each decode step splits them evenly
+    // over the two threads and runs their attention in one dispatch; then two sequences (one
+    // each); then four whose depths are far apart (a 200-token context with three short ones),
+    // which keeps attention's units shared out as threads free up.
+    for lengths in [&[30, 33, 31, 32][..], &[21, 24], &[200, 9, 12, 10]] {
+        let prompts: Vec<Vec<u32>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| tokens(11 + i as u32, n))
+            .collect();
+        let alone = greedy_alone(&base, &prompts, 20);
+        let batched = greedy_batched(&base, &prompts, 20);
+        for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
+            for (step, (la, lb)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    la == lb,
+                    "lengths {lengths:?}, sequence {i}, step {step}: batched logits differ from alone"
+                );
+            }
+        }
+    }
 }
 
 #[test]
