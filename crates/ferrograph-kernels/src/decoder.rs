@@ -757,6 +757,10 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
     // Element-wise work and activation quantization are split over the kernels' pool by
     // token rows (one token, as in decode, runs on the calling thread).
     let pool = kernels::pool::global();
+    // Whether each layer's attention takes one dispatch: global layers, then sliding ones.
+    let new_rows: Vec<(usize, usize)> = items.iter().map(|it| (it.pos, it.tokens.len())).collect();
+    let one_dispatch =
+        [None, cfg.sliding_window].map(|w| attention_in_one_dispatch(pool, &new_rows, w));
     for (li, layer) in w.layers.iter().enumerate() {
         rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
         act.quantize_on(pool, &h, d);
@@ -810,7 +814,7 @@ pub fn forward_batch(items: &mut [BatchItem<'_>]) -> Result<Vec<Vec<f32>>, Strin
             });
         }
         let (kv_heads, spare) = (cfg.kv_heads, &w.spare);
-        if attention_in_one_dispatch(pool, &work, kv, window) {
+        if one_dispatch[usize::from(local_layer)] {
             // A decode step whose sequences split evenly over the threads: each thread
             // rotates, appends, attends and quantizes its own sequences' rows (the
             // quantization's pieces are the pool's split of the rows, one row a sequence),
@@ -968,27 +972,28 @@ const ONE_DISPATCH_SKEW_QUARTERS: usize = 5;
 
 /// Whether a layer's rotations, appends, attention and attention-output quantization run
 /// in one dispatch, each thread doing its own sequences' (the pool's split of them), rather
-/// than in three, attention's units shared out as threads free up. One dispatch needs a
-/// decode step (one new row a sequence, `kv_dim` keys and values each) of at least two
-/// sequences on at least two threads, and threads' shares of keys to attend to within 5/4 of
-/// each other: one long context among short ones would keep a thread busy while the other
-/// waits. SmolLM2, four sequences on 2 threads: those parts took 668–766 µs a step in one
+/// than in three, attention's units shared out as threads free up. `new_rows` holds each
+/// sequence's first new position and its count of new rows. One dispatch needs a decode step
+/// (one new row a sequence) of at least two sequences on at least two threads, and threads'
+/// shares of keys to attend to within 5/4 of each other: one long context among short ones
+/// would keep a thread busy while the other waits. The same for every layer of a pass but
+/// for the window, so a pass decides it once for its global layers and once for its
+/// sliding-window ones. SmolLM2, four sequences on 2 threads: those parts took 668–766 µs a step in one
 /// dispatch against 796–886 in three, about 1.5% of the step's time.
 fn attention_in_one_dispatch(
     pool: &kernels::pool::Pool,
-    work: &[SeqRope<'_>],
-    kv_dim: usize,
+    new_rows: &[(usize, usize)],
     window: Option<usize>,
 ) -> bool {
-    let n = work.len();
-    if n < 2 || pool.threads() < 2 || work.iter().any(|s| s.k.len() != kv_dim) {
+    let n = new_rows.len();
+    if n < 2 || pool.threads() < 2 || new_rows.iter().any(|&(_, rows)| rows != 1) {
         return false;
     }
     // Keys each sequence's row sees.
-    let keys = |s: &SeqRope<'_>| window.map_or(s.pos + 1, |w| (s.pos + 1).min(w));
+    let keys = |&(pos, _): &(usize, usize)| window.map_or(pos + 1, |w| (pos + 1).min(w));
     let shares: Vec<usize> = pool
         .split(n)
-        .map(|r| work[r].iter().map(keys).sum())
+        .map(|r| new_rows[r].iter().map(keys).sum())
         .collect();
     let (most, least) = (
         shares.iter().copied().max().unwrap_or(0),
@@ -1127,33 +1132,10 @@ mod tests {
 
     #[test]
     fn attention_takes_one_dispatch_only_for_even_decode_steps() {
-        let (kv, qd) = (4, 8);
-        let table = RopeTable {
-            cos: Vec::new(),
-            sin: Vec::new(),
-        };
         // Sequences at positions `pos`, each with `rows` new rows.
         let decide = |threads: usize, pos: &[usize], rows: usize, window: Option<usize>| {
-            let mut caches = vec![KvCache::default(); pos.len()];
-            let mut q = vec![0f32; pos.len() * rows * qd];
-            let mut k = vec![0f32; pos.len() * rows * kv];
-            let v = vec![0f32; pos.len() * rows * kv];
-            let work: Vec<SeqRope<'_>> = caches
-                .iter_mut()
-                .zip(q.chunks_exact_mut(rows * qd))
-                .zip(k.chunks_exact_mut(rows * kv).zip(v.chunks_exact(rows * kv)))
-                .zip(pos)
-                .map(|(((cache, q), (k, v)), &pos)| SeqRope {
-                    cache,
-                    next: None,
-                    pos,
-                    q,
-                    k,
-                    v,
-                    table: &table,
-                })
-                .collect();
-            attention_in_one_dispatch(&kernels::pool::Pool::new(threads), &work, kv, window)
+            let new_rows: Vec<(usize, usize)> = pos.iter().map(|&p| (p, rows)).collect();
+            attention_in_one_dispatch(&kernels::pool::Pool::new(threads), &new_rows, window)
         };
         // Four sequences at about the same depth, split two and two: one dispatch.
         assert!(decide(2, &[30, 33, 31, 32], 1, None));

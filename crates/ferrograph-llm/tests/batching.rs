@@ -104,54 +104,17 @@ fn a_batched_pass_gives_each_sequence_its_logits_alone() {
         assert_eq!(m.cached(), pos + toks.len());
     }
 
-    // Greedy decoding of three sequences, batched step by step, against each alone.
+    // Greedy decoding of three sequences, batched step by step, against each alone: the
+    // same 24 tokens.
     let prompts = [tokens(5, 12), tokens(6, 90), tokens(7, 33)];
-    let greedy_alone: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| {
-            let mut m = base.clone();
-            m.reset();
-            let mut logits = m.forward(p, 0).unwrap();
-            let mut out = Vec::new();
-            for _ in 0..24 {
-                let t = argmax(&logits);
-                out.push(t);
-                logits = m.forward(&[t], p.len() + out.len() - 1).unwrap();
-            }
-            out
-        })
-        .collect();
-    let mut ms: Vec<DecoderModel> = (0..3)
-        .map(|_| {
-            let mut m = base.clone();
-            m.reset();
-            m
-        })
-        .collect();
-    let mut outs: Vec<Vec<u32>> = vec![Vec::new(); 3];
-    let mut feed: Vec<(Vec<u32>, usize)> = prompts.iter().map(|p| (p.clone(), 0)).collect();
-    // Each step refills the last step's buffers, as the model actor does.
-    let mut logits: Vec<Vec<f32>> = vec![Vec::new(); 3];
-    for _ in 0..24 {
-        let mut items: Vec<BatchItem<'_>> = ms
-            .iter_mut()
-            .zip(&feed)
-            .zip(logits.iter_mut())
-            .map(|((m, (toks, pos)), l)| BatchItem {
-                model: m,
-                tokens: toks,
-                pos: *pos,
-                logits: std::mem::take(l),
-            })
-            .collect();
-        logits = forward_batch(&mut items).unwrap();
-        for (i, l) in logits.iter().enumerate() {
-            let t = argmax(l);
-            outs[i].push(t);
-            feed[i] = (vec![t], prompts[i].len() + outs[i].len() - 1);
-        }
-    }
-    assert_eq!(outs, greedy_alone);
+    let tokens_of = |runs: Vec<Vec<Vec<f32>>>| -> Vec<Vec<u32>> {
+        runs.iter()
+            .map(|steps| steps.iter().map(|l| argmax(l)).collect())
+            .collect()
+    };
+    let alone = tokens_of(greedy_alone(&base, &prompts, 23));
+    let batched = tokens_of(greedy_batched(&base, &prompts, 23));
+    assert_eq!(batched, alone);
 }
 
 /// Greedy decoding of `prompts` one sequence at a time: each step's logits.
@@ -174,7 +137,8 @@ fn greedy_alone(base: &DecoderModel, prompts: &[Vec<u32>], steps: usize) -> Vec<
 }
 
 /// Greedy decoding of `prompts` together: one batched pass of the prompts, then one
-/// batched pass a step; each step's logits per sequence.
+/// batched pass a step; each step's logits per sequence. Each pass refills the previous
+/// pass's logits buffers, as the model actor's steps do.
 fn greedy_batched(base: &DecoderModel, prompts: &[Vec<u32>], steps: usize) -> Vec<Vec<Vec<f32>>> {
     let mut ms: Vec<DecoderModel> = prompts
         .iter()
@@ -186,22 +150,24 @@ fn greedy_batched(base: &DecoderModel, prompts: &[Vec<u32>], steps: usize) -> Ve
         .collect();
     let mut feed: Vec<(Vec<u32>, usize)> = prompts.iter().map(|p| (p.clone(), 0)).collect();
     let mut all: Vec<Vec<Vec<f32>>> = vec![Vec::new(); prompts.len()];
+    let mut logits: Vec<Vec<f32>> = vec![Vec::new(); prompts.len()];
     for _ in 0..=steps {
         let mut items: Vec<BatchItem<'_>> = ms
             .iter_mut()
             .zip(&feed)
-            .map(|(m, (toks, pos))| BatchItem {
+            .zip(logits.iter_mut())
+            .map(|((m, (toks, pos)), l)| BatchItem {
                 model: m,
                 tokens: toks,
                 pos: *pos,
-                logits: Vec::new(),
+                logits: std::mem::take(l),
             })
             .collect();
-        let logits = forward_batch(&mut items).unwrap();
-        for (i, l) in logits.into_iter().enumerate() {
+        logits = forward_batch(&mut items).unwrap();
+        for (i, l) in logits.iter().enumerate() {
             let pos = feed[i].1 + feed[i].0.len();
-            feed[i] = (vec![argmax(&l)], pos);
-            all[i].push(l);
+            feed[i] = (vec![argmax(l)], pos);
+            all[i].push(l.clone());
         }
     }
     all
