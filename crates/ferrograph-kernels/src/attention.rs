@@ -90,6 +90,13 @@ fn from_f16(b: u16) -> f32 {
     f16::from_bits(b).to_f32()
 }
 
+/// The key positions a row at position `pos` attends to: every one up to its own, or the
+/// last `window` of them.
+pub(crate) fn keys_seen(pos: usize, window: Option<usize>) -> Range<usize> {
+    let end = pos + 1;
+    window.map_or(0, |w| end.saturating_sub(w))..end
+}
+
 /// Positions a sliding-window cache keeps beyond what its next row can see, so that a
 /// snapshot of it can still be rewound by this many tokens (the end of a chat turn rendered
 /// again differently, say). Four blocks.
@@ -218,8 +225,7 @@ impl KvCache {
 
     /// The first block that a row at position `pos` or later can see.
     fn first_seen(&self, pos: usize) -> usize {
-        self.window
-            .map_or(0, |w| (pos + 1).saturating_sub(w) / KEY_BLOCK)
+        keys_seen(pos, self.window).start / KEY_BLOCK
     }
 
     /// Whether the sequence can go on from `len` cached positions: every key the rows from
@@ -559,7 +565,7 @@ fn attention_with(
         pairs += shape.heads * t_n * (s.pos + t_n);
         for r0 in (0..t_n).step_by(ATTN_ROWS) {
             let tokens = ATTN_ROWS.min(t_n - r0);
-            let lo = window.map_or(0, |w| (s.pos + r0 + 1).saturating_sub(w));
+            let lo = keys_seen(s.pos + r0, window).start;
             let hi = s.pos + r0 + tokens;
             for g in 0..shape.kv_heads {
                 base.push(Unit {
@@ -836,8 +842,7 @@ fn unit_states(
             {
                 *a = b * shape.scale;
             }
-            let n = s.pos + t + 1;
-            span[r] = window.map_or(0, |w| n.saturating_sub(w))..n;
+            span[r] = keys_seen(s.pos + t, window);
         }
         let live = TILE.min(rows - f0);
         let lo = span[..live].iter().map(|x| x.start).min().unwrap_or(0);

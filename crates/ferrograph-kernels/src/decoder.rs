@@ -16,7 +16,7 @@
 
 use crate as kernels;
 use crate::attention::{
-    attention, attention_here, AttnSeq, AttnShape, KvCache, SpareCaches, SLIDING_SLACK,
+    attention, attention_here, keys_seen, AttnSeq, AttnShape, KvCache, SpareCaches, SLIDING_SLACK,
 };
 use crate::ops::{add, add_rows, dot8, exp_approx};
 use crate::{GgufType, QAct, QMatrix};
@@ -990,7 +990,7 @@ fn attention_in_one_dispatch(
         return false;
     }
     // Keys each sequence's row sees.
-    let keys = |&(pos, _): &(usize, usize)| window.map_or(pos + 1, |w| (pos + 1).min(w));
+    let keys = |&(pos, _): &(usize, usize)| keys_seen(pos, window).len();
     let shares: Vec<usize> = pool
         .split(n)
         .map(|r| new_rows[r].iter().map(keys).sum())
