@@ -132,8 +132,10 @@ if [ "$mode" = smoke ]; then
     cargo test -q --workspace --all-targets --no-run
     bin="$target_dir/debug/ferrograph"
     "$bin" models fetch
-    echo "== air-gapped bundle: the debug binary and the default models"
-    "$bin" bundle create --out "$work/ferrograph.tar.gz"
+    echo "== air-gapped bundle: the debug binary and the fast-tier models (CI keeps SmolLM2)"
+    "$bin" bundle create --models smollm2-135m-instruct-q4_1,all-minilm-l6-v2 --out "$work/ferrograph.tar.gz"
+    # The triage's chosen model is not in this bundle: the run names SmolLM2.
+    export FERROGRAPH_TRIAGE_MODEL=smollm2-135m-instruct-q4_1
     # Inside: the bundle is installed and the main job runs from the installed binary, in a
     # folder outside the checkout, with a home of its own (nothing cached).
     inner="$(bundle_run "$bin")

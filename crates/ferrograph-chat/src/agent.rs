@@ -152,11 +152,29 @@ impl AgentLlm {
         max_tokens: usize,
         sink: Option<TokenSink>,
     ) -> (Result<String, LlmError>, LlmCall) {
+        self.text_with(purpose, messages, max_tokens, |_| {}, sink)
+            .await
+    }
+
+    /// Free text with `set` adjusting the call's options first: an answer that must repeat
+    /// itself (search/replace edits quote the lines they change) turns the repetition guard
+    /// off, and a long one widens the context.
+    pub async fn text_with(
+        &self,
+        purpose: &str,
+        messages: &[Message],
+        max_tokens: usize,
+        set: impl Fn(&mut GenerateOptions),
+        sink: Option<TokenSink>,
+    ) -> (Result<String, LlmError>, LlmCall) {
         self.call(
             false,
             purpose,
             messages,
-            |o| o.max_tokens = max_tokens,
+            |o| {
+                o.max_tokens = max_tokens;
+                set(o);
+            },
             |answer| {
                 let t = answer.content.trim();
                 if t.is_empty() {

@@ -11,8 +11,9 @@ pub enum BundleCommand {
     /// Writes one archive for a machine with no registry: this binary, the chosen models
     /// (sha256-checked), licence files and a manifest with the sha256 of everything.
     Create {
-        /// Models to include, comma-separated or repeated (default: the required ones; see
-        /// `ferrograph models list`). Each must be fetched first.
+        /// Models to include, comma-separated or repeated (default: the required ones and
+        /// the models the workflows' evaluations chose; see `ferrograph models list`). Each
+        /// must be fetched first.
         #[arg(long, value_delimiter = ',')]
         models: Vec<String>,
         /// The archive to write (`.tar.gz`).
@@ -49,11 +50,21 @@ pub fn run(what: BundleCommand) -> Result<()> {
             no_third_party,
         } => {
             let models = if models.is_empty() {
-                ferrograph_llm::manifest::list_models()?
-                    .into_iter()
+                // The required models and those the workflows' evaluations chose, so that an
+                // installed bundle runs each workflow on its chosen model.
+                let manifest = ferrograph_llm::manifest::Manifest::default_manifest()?;
+                let mut names: Vec<String> = manifest
+                    .models
+                    .iter()
                     .filter(|m| m.required)
-                    .map(|m| m.name)
-                    .collect()
+                    .map(|m| m.name.clone())
+                    .collect();
+                for d in &manifest.workflow_defaults {
+                    if !names.contains(&d.model) {
+                        names.push(d.model.clone());
+                    }
+                }
+                names
             } else {
                 models
             };

@@ -77,6 +77,9 @@ pub struct Config {
     /// Models chosen for single workflows: `FERROGRAPH_<NAME>_MODEL`, then
     /// `[workflows.NAME] model` in the file.
     pub workflow_models: std::collections::BTreeMap<String, String>,
+    /// Where each of `workflow_models` came from (`FERROGRAPH_TRIAGE_MODEL`, the file, or the
+    /// evaluation's choice in the manifest), for the line a run prints about its model.
+    pub workflow_model_source: std::collections::BTreeMap<String, String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -182,9 +185,14 @@ impl Config {
             _ => file.remote,
         };
         let mut workflow_models = std::collections::BTreeMap::new();
+        let mut workflow_model_source = std::collections::BTreeMap::new();
         for (name, w) in &file.workflows {
             if let Some(m) = &w.model {
                 workflow_models.insert(name.clone(), m.clone());
+                workflow_model_source.insert(
+                    name.clone(),
+                    format!("[workflows.{name}] model in the config file"),
+                );
             }
         }
         for name in WORKFLOWS_WITH_MODELS {
@@ -195,10 +203,12 @@ impl Config {
             );
             if let Some(m) = env(&var) {
                 workflow_models.insert(name.to_string(), m);
+                workflow_model_source.insert(name.to_string(), format!("set by {var}"));
             }
         }
         Ok(Config {
             workflow_models,
+            workflow_model_source,
             data_dir,
             max_steps,
             max_steps_set,

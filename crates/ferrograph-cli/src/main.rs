@@ -12,6 +12,7 @@ mod eval;
 mod eval_tutor;
 mod fraud;
 mod index;
+mod model_choice;
 mod otel;
 mod print;
 mod progress;
@@ -581,10 +582,14 @@ impl App {
         data_dir: Option<&PathBuf>,
         worker: Option<&ferrograph_cluster::ClusterNode>,
     ) -> Result<App> {
-        let config = Config::load(
+        let mut config = Config::load(
             cli_config.map(PathBuf::as_path),
             data_dir.map(PathBuf::as_path),
         )?;
+        // A cluster worker runs the models its cluster serves.
+        if worker.is_none() {
+            model_choice::apply_defaults(&mut config);
+        }
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
         let saver = SledSaver::open(config.checkpoint_dir())
@@ -1439,7 +1444,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                         print::line(serde_json::to_string_pretty(&list)?);
                     } else {
                         print::line(format!(
-                            "{:<36} {:<9} {:<8} {:>10}  {:>8}  {:>14}  {:>9}  status",
+                            "{:<36} {:<9} {:<8} {:>10}  {:>8}  {:>14}  {:>11}  status",
                             "name", "kind", "arch", "size", "RAM", "prefill 512", "decode"
                         ));
                         for m in list {
@@ -1452,7 +1457,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                                 None => ("-".into(), "-".into(), "-".into()),
                             };
                             print::line(format!(
-                                "{:<36} {:<9} {:<8} {:>6.0} MiB  {:>8}  {:>14}  {:>9}  {}{}",
+                                "{:<36} {:<9} {:<8} {:>6.0} MiB  {:>8}  {:>14}  {:>11}  {}{}",
                                 m.name,
                                 format!("{:?}", m.kind).to_lowercase(),
                                 m.architecture,
@@ -1580,6 +1585,14 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             tracing::warn!("{e}");
         }
     }
+    // The model its evaluation chose for the workflow that runs, fetched on first use.
+    if let Command::Run {
+        workflow, quiet, ..
+    } = &cli.command
+    {
+        let config = Config::load(cli.config.as_deref(), cli.data_dir.as_deref())?;
+        model_choice::fetch_for_run(&config, workflow, *quiet)?;
+    }
     let app = App::open(cli.config.as_ref(), cli.data_dir.as_ref()).await?;
     match cli.command {
         Command::Run {
@@ -1616,6 +1629,9 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             };
             if !json {
                 print::line(format!("running {workflow} on thread {thread}"));
+                if let Some(line) = model_choice::describe(&app.config, &workflow) {
+                    print::line(line);
+                }
             }
             app.execute(&workflow, JsonInput::Update(input), &thread, out)
                 .await

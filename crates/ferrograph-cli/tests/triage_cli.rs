@@ -21,7 +21,9 @@ fn cmd(data: &Path) -> Command {
         .env_remove("FERROGRAPH_CONFIG")
         .env_remove("FERROGRAPH_MAX_STEPS")
         .env_remove("FERROGRAPH_REMOTE_BASE_URL")
-        .env_remove("FERROGRAPH_DEFAULT_MODEL");
+        .env_remove("FERROGRAPH_DEFAULT_MODEL")
+        // The fast tier: the model the triage's evaluation chose is for users, not CI.
+        .env("FERROGRAPH_TRIAGE_MODEL", "smollm2-135m-instruct-q4_1");
     c
 }
 

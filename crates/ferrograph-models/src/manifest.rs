@@ -108,10 +108,25 @@ impl ModelEntry {
     }
 }
 
+/// The model a workflow runs on when the user configures none: the best model of the
+/// manifest whose evaluation run stays within the workflow's time budget on 2 cores
+/// (`[[workflow_default]]` in `models/models.toml`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowDefault {
+    /// The workflow's registry name (`triage`, `ticket-to-pr`, ...).
+    pub workflow: String,
+    /// A model name of the manifest.
+    pub model: String,
+    /// Why this model: the evaluation's figures and the budget, printed by every run.
+    pub why: String,
+}
+
 #[derive(Deserialize)]
 struct ManifestFile {
     #[serde(default)]
     model: Vec<ModelEntry>,
+    #[serde(default)]
+    workflow_default: Vec<WorkflowDefault>,
 }
 
 /// The parsed manifest.
@@ -119,6 +134,8 @@ struct ManifestFile {
 pub struct Manifest {
     /// The models, in file order.
     pub models: Vec<ModelEntry>,
+    /// The models chosen for single workflows by their evaluations.
+    pub workflow_defaults: Vec<WorkflowDefault>,
     /// The `models/` folder the manifest lives in.
     pub dir: PathBuf,
 }
@@ -172,8 +189,21 @@ impl Manifest {
         })?;
         let parsed: ManifestFile = toml::from_str(&text)
             .map_err(|e| LlmError::Validation(format!("{}: {e}", path.display())))?;
+        if let Some(d) = parsed
+            .workflow_default
+            .iter()
+            .find(|d| !parsed.model.iter().any(|m| m.name == d.model))
+        {
+            return Err(LlmError::Validation(format!(
+                "{}: the default model of workflow `{}` is `{}`, which the manifest does not list",
+                path.display(),
+                d.workflow,
+                d.model
+            )));
+        }
         Ok(Manifest {
             models: parsed.model,
+            workflow_defaults: parsed.workflow_default,
             dir: path
                 .parent()
                 .map(Path::to_path_buf)
@@ -184,6 +214,19 @@ impl Manifest {
     /// The manifest in [`models_dir`].
     pub fn default_manifest() -> Result<Self, LlmError> {
         Self::load(&models_dir().join("models.toml"))
+    }
+
+    /// The model chosen for `workflow` by its evaluation, if the manifest names one.
+    pub fn workflow_default(&self, workflow: &str) -> Option<&WorkflowDefault> {
+        self.workflow_defaults
+            .iter()
+            .find(|d| d.workflow == workflow)
+    }
+
+    /// Whether every file of the model `name` is in the models folder with the manifest's
+    /// size (no hashing).
+    pub fn is_present(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|m| files_present(&self.dir, m))
     }
 
     /// The entry called `name`.

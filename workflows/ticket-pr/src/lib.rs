@@ -24,6 +24,7 @@
 //!
 //! Run it with `ferrograph run ticket-to-pr --ticket KEY --tickets DIR --repo DIR`.
 
+pub mod blocks;
 pub mod edit;
 pub mod error;
 pub mod fixture;

@@ -165,3 +165,97 @@ pub fn generate_tests(s: &TicketPrState, existing_test: Option<(&str, &str)>) ->
         ticket_lines(s)
     )
 }
+
+/// The system message of the calls that answer with search/replace blocks (code models).
+pub fn system_blocks(repo_name: &str) -> String {
+    format!(
+        "You are a careful software engineer on the {repo_name} repository. You make the smallest change that does what the ticket asks, in the style of the existing code. You change files with SEARCH/REPLACE blocks."
+    )
+}
+
+/// How to write a search/replace block.
+pub const BLOCK_FORMAT: &str = "Write each change as a SEARCH/REPLACE block: the file's path on its own line, then the exact lines to change copied from the file, then the lines as they should be:
+
+path/to/file.ext
+<<<<<<< SEARCH
+the existing lines, copied exactly (with their indentation), enough of them to be unique
+=======
+the new lines
+>>>>>>> REPLACE
+
+Rules: one block per place that changes; the SEARCH part must match the file exactly; keep the surrounding code unchanged; to add code at the end of a file, leave the SEARCH part empty.";
+
+fn shown_files(files: &[(String, String)]) -> String {
+    files
+        .iter()
+        .map(|(p, t)| format!("{p}\n```\n{}\n```\n", t.trim_end()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The changes as search/replace blocks (seed node 5 for code models): the ticket, the
+/// files to change shown whole, excerpts of the rest, the reviewer's feedback on a revision.
+pub fn change_blocks(s: &TicketPrState, files: &[(String, String)], excerpts: &str) -> String {
+    let goal = match s.ticket.ticket_type {
+        TicketType::Bug => "Fix this bug. First say in one or two sentences what the root cause is (name the function and what goes wrong), then give the blocks.",
+        TicketType::Story => "Implement this story. First say in one or two sentences what you change, then give the blocks.",
+    };
+    let ac: String = s
+        .ticket
+        .acceptance_criteria
+        .iter()
+        .map(|a| format!("- {a}\n"))
+        .collect();
+    let ac = if ac.is_empty() {
+        String::new()
+    } else {
+        format!("\nACCEPTANCE CRITERIA:\n{ac}")
+    };
+    let excerpts = if excerpts.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\nOTHER CODE (for reference, do not change):\n{excerpts}")
+    };
+    format!(
+        "{goal}\n\n{}\n{ac}\nFILES YOU MAY CHANGE:\n{}{excerpts}{}\n{BLOCK_FORMAT}",
+        ticket_lines(s),
+        shown_files(files),
+        feedback_lines(s)
+    )
+}
+
+/// Tests of the change as search/replace blocks: the ticket, the change's diff, and the
+/// test file to extend (or the path of a new one).
+pub fn test_blocks(s: &TicketPrState, diff: &str, test_file: &(String, Option<String>)) -> String {
+    let (path, text) = test_file;
+    let target = match text {
+        Some(t) => format!(
+            "Add the test to the existing test file {path}, in its framework and style (keep its tests):\n{}",
+            shown_files(&[(path.clone(), t.clone())])
+        ),
+        None => format!(
+            "Write a new test file {path} (leave the SEARCH part empty): import what the test uses from the package, and write test functions that a test runner finds (in Python: module-level `def test_...():` functions with plain `assert`)."
+        ),
+    };
+    format!(
+        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n{target}\n{BLOCK_FORMAT}",
+        ticket_lines(s),
+        diff.trim_end()
+    )
+}
+
+/// What was wrong with the last answer, for the model to correct.
+pub fn correction(problems: &[String]) -> String {
+    let list: String = problems.iter().map(|p| format!("- {p}\n")).collect();
+    format!(
+        "Your blocks could not be used:\n{list}\nAnswer again with corrected SEARCH/REPLACE blocks (all of them, not only the wrong ones)."
+    )
+}
+
+/// The test run's output, for the model to correct its change or its test.
+pub fn test_failure(command: &str, output: &str) -> String {
+    format!(
+        "The tests were run with `{command}` after your change, and they failed:\n```\n{}\n```\nFix the change (or the test, if the test is wrong) with SEARCH/REPLACE blocks against the files as they are now.",
+        output.trim_end()
+    )
+}

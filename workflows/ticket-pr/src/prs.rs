@@ -61,7 +61,11 @@ impl PrStore {
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| TicketPrError::io(parent, e))?;
         }
-        Ok(sled::open(&self.path)?)
+        // A handle dropped a moment ago may still hold sled's lock: wait for it (bounded).
+        Ok(ferrograph::checkpoint_savers::open_sled(
+            &self.path,
+            std::time::Duration::from_secs(5),
+        )?)
     }
 
     /// Stores `pr` (its `number` is assigned) unless the repository already has a pull

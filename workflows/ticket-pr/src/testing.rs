@@ -78,6 +78,9 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
     }
     let (title, schema) = call.json_schema();
     let prompt = call.last_prompt();
+    if title.is_empty() && prompt.contains("SEARCH/REPLACE") {
+        return Ok(Message::ai(block_answer(&prompt, behaviour)));
+    }
     let story = prompt.contains("Type: Story");
     let revisions = prompt.matches("\n- ").count();
     let feedback = prompt.contains("The reviewer's feedback");
@@ -164,6 +167,81 @@ fn answer(call: &ScriptCall<'_>, behaviour: Behaviour) -> Result<Message, LlmErr
         }
     };
     Ok(Message::ai(v.to_string()))
+}
+
+/// The files shown to a block answer (`path`, a fence, the text, a fence).
+fn fenced_files(prompt: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = prompt.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 1 < lines.len() {
+        if lines[i + 1] == "```" && lines[i].contains('.') && !lines[i].contains(' ') {
+            let end = (i + 2..lines.len())
+                .find(|&j| lines[j] == "```")
+                .unwrap_or(lines.len());
+            out.push((lines[i].to_string(), lines[i + 2..end].join("\n")));
+            i = end;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// A search/replace answer: the same fix and test as the JSON answers, as blocks.
+fn block_answer(prompt: &str, behaviour: Behaviour) -> String {
+    let files = fenced_files(prompt);
+    let story = prompt.contains("Type: Story");
+    if prompt.starts_with("Write a test") {
+        let test = "    @Test\n    void tasksWithoutDueDateAreNotOverdue() {\n        service.create(4, \"someday\", null);\n        assertThat(service.findOverdue(LocalDate.of(2024, 5, 10))).isEmpty();\n    }";
+        return match files.first() {
+            Some((path, text)) => {
+                let last = text.lines().rev().find(|l| l.trim() == "}").unwrap_or("}");
+                format!("A task without a due date is not overdue.\n\n{path}\n<<<<<<< SEARCH\n{last}\n=======\n{test}\n{last}\n>>>>>>> REPLACE\n")
+            }
+            None => {
+                let path = prompt
+                    .split("Write a new test file ")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .unwrap_or("GeneratedTest.java");
+                format!("{path}\n<<<<<<< SEARCH\n=======\nclass GeneratedTest {{\n{test}\n}}\n>>>>>>> REPLACE\n")
+            }
+        };
+    }
+    let (needle, replace) = if story {
+        (
+            "    private LocalDate dueDate;",
+            "    private LocalDate dueDate;\n    private String priority = \"MEDIUM\";",
+        )
+    } else {
+        (
+            "                .filter(task -> task.getDueDate().isBefore(today))",
+            "                .filter(task -> task.getDueDate() != null && task.getDueDate().isBefore(today))",
+        )
+    };
+    let path = if behaviour == Behaviour::PathOutside {
+        "../outside/Evil.java".to_string()
+    } else {
+        files
+            .iter()
+            .find(|(_, t)| t.contains(needle.trim()))
+            .or(files.first())
+            .map(|(p, _)| p.clone())
+            .unwrap_or_default()
+    };
+    // The file's own indentation of the line (the block may quote it loosely).
+    let mut out = format!("The root cause: findOverdue calls isBefore on a null due date.\n\n{path}\n<<<<<<< SEARCH\n{needle}\n=======\n{replace}\n>>>>>>> REPLACE\n");
+    if prompt.contains("The reviewer's feedback") {
+        let revisions = prompt.matches("\n- ").count();
+        if let Some(first) = files
+            .iter()
+            .find(|(p, _)| *p == path)
+            .and_then(|(_, t)| t.lines().next())
+        {
+            out.push_str(&format!("\n{path}\n<<<<<<< SEARCH\n{first}\n=======\n{first}\n// revised after feedback ({revisions})\n>>>>>>> REPLACE\n"));
+        }
+    }
+    out
 }
 
 /// The scripted model.

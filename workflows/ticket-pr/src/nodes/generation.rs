@@ -203,6 +203,61 @@ pub(crate) async fn generate_code_changes(
     };
     let mut calls = Vec::new();
     let mut dropped_all = Vec::new();
+    if super::by_blocks::blocks_for(llm) {
+        let excerpts = excerpts_outside(&files, &s.retrieved_chunks, 3000);
+        let task = prompts::change_blocks(&s, &files, &excerpts);
+        let (res, block_calls) =
+            super::by_blocks::ask_blocks(llm, &s, "generate_code_changes", task, &files, &[], &ctx)
+                .await;
+        calls.extend(block_calls);
+        match res {
+            Ok(answer) => {
+                let changes = match super::by_blocks::to_changes(&s, &answer) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return Ok(failed(format!("the proposed changes: {e}")).llm_calls(calls))
+                    }
+                };
+                let line = format!(
+                    "{} by search/replace blocks{}; {}",
+                    files_line(
+                        &format!(
+                            "Generation {}: {} file change(s)",
+                            s.generations + 1,
+                            changes.len()
+                        ),
+                        &changes,
+                        &[],
+                    ),
+                    match answer.corrections {
+                        0 => String::new(),
+                        n => format!(" after {n} correction(s)"),
+                    },
+                    answer.checks.join("; ")
+                );
+                let explanation = answer.explanation.trim();
+                return Ok(Update::new()
+                    .root_cause(
+                        if is_bug && !explanation.is_empty() && !edit::degenerate(explanation) {
+                            explanation.to_string()
+                        } else {
+                            String::new()
+                        },
+                    )
+                    .proposed_changes(changes)
+                    .proposed_tests(Vec::new())
+                    .generations(1u32)
+                    .decision(String::new())
+                    .llm_calls(calls)
+                    .messages(vec![line]));
+            }
+            Err(problems) => dropped_all.push(format!(
+                "search/replace blocks refused after {} answer(s), line edits instead: {}",
+                super::by_blocks::MAX_CORRECTIONS + 1,
+                problems.join(" / ")
+            )),
+        }
+    }
     let mut result = None;
     for alternative in [false, true] {
         let (res, call) = llm
@@ -262,6 +317,29 @@ pub(crate) async fn generate_code_changes(
         .decision(String::new())
         .llm_calls(calls)
         .messages(vec![line]))
+}
+
+/// Retrieved excerpts of files other than `files`, within `budget` characters: context for
+/// a block answer, which sees the files it may change whole.
+pub(crate) fn excerpts_outside(
+    files: &[(String, String)],
+    chunks: &[Chunk],
+    budget: usize,
+) -> String {
+    let mut out = String::new();
+    for c in chunks {
+        if files.iter().any(|(p, _)| *p == c.file_path) || out.len() + c.text.len() > budget {
+            continue;
+        }
+        out.push_str(&format!(
+            "{} lines {}-{}:\n```\n{}\n```\n",
+            c.file_path,
+            c.start_line,
+            c.end_line,
+            c.text.trim_end()
+        ));
+    }
+    out
 }
 
 /// A progress line: `head: path, path (dropped: why; why)`.
@@ -367,6 +445,18 @@ pub(crate) async fn generate_tests(
         Some(Err(e)) => return Ok(failed(e)),
         None => Vec::new(),
     };
+    let mut block_calls = Vec::new();
+    let mut block_note = None;
+    if super::by_blocks::blocks_for(llm) {
+        match tests_by_blocks(llm, &s, &paths, &files, &ctx).await {
+            (Ok(Some(update)), calls) => return Ok(update.llm_calls(calls)),
+            (Ok(None), calls) => block_calls = calls,
+            (Err(note), calls) => {
+                block_calls = calls;
+                block_note = Some(note);
+            }
+        }
+    }
     let shown = files.first().map(|(p, t)| (p.as_str(), t.as_str()));
     let msgs = messages_for(&s, prompts::generate_tests(&s, shown));
     let new_files = paths
@@ -389,15 +479,19 @@ pub(crate) async fn generate_tests(
             TokenSink::from_context(&ctx),
         )
         .await;
-    let calls = vec![call];
+    let mut calls = block_calls;
+    calls.push(call);
     let answer = match res {
         Ok(a) => a,
         Err(e) => return Ok(failed(format!("generating the tests: {e}")).llm_calls(calls)),
     };
-    let (tests, dropped) = match check_changes(&s, answer.tests) {
+    let (tests, mut dropped) = match check_changes(&s, answer.tests) {
         Ok(x) => x,
         Err(e) => return Ok(failed(format!("the proposed tests: {e}")).llm_calls(calls)),
     };
+    if let Some(note) = block_note {
+        dropped.insert(0, note);
+    }
     let line = if tests.is_empty() {
         files_line("No test change proposed", &tests, &dropped)
     } else {
@@ -407,6 +501,90 @@ pub(crate) async fn generate_tests(
         .proposed_tests(tests)
         .llm_calls(calls)
         .messages(vec![line]))
+}
+
+/// The tests as search/replace blocks against the test file of `paths` (the existing one,
+/// read into `files`, or the first new path). `Ok(None)`: nothing to ask; `Err`: the blocks
+/// were refused (the note says why) and the line edits take over.
+async fn tests_by_blocks(
+    llm: &AgentLlm,
+    s: &TicketPrState,
+    paths: &[String],
+    files: &[(String, String)],
+    ctx: &NodeContext,
+) -> (
+    Result<Option<Update>, String>,
+    Vec<ferrograph::chat::agent::LlmCall>,
+) {
+    let Some(target) = paths.first() else {
+        return (Ok(None), Vec::new());
+    };
+    let existing = files
+        .iter()
+        .find(|(p, _)| p == target)
+        .map(|(_, t)| t.clone());
+    let changed: Vec<String> = s
+        .proposed_changes
+        .iter()
+        .map(|c| c.file_path.clone())
+        .collect();
+    let olds = match read_files(s, &changed) {
+        Ok(o) => o,
+        Err(e) => return (Err(e), Vec::new()),
+    };
+    let mut diff = String::new();
+    for c in &s.proposed_changes {
+        let old = olds
+            .iter()
+            .find(|(p, _)| *p == c.file_path)
+            .map(|(_, t)| t.as_str());
+        match repo::unified_diff(&c.file_path, old, &c.new_content) {
+            Ok(d) => diff.push_str(&d),
+            Err(e) => return (Err(e.to_string()), Vec::new()),
+        }
+    }
+    let task = prompts::test_blocks(s, &diff, &(target.clone(), existing.clone()));
+    let offered: Vec<(String, String)> = existing
+        .map(|t| vec![(target.clone(), t)])
+        .unwrap_or_default();
+    let new_paths: Vec<String> = if offered.is_empty() {
+        vec![target.clone()]
+    } else {
+        Vec::new()
+    };
+    let (res, calls) =
+        super::by_blocks::ask_blocks(llm, s, "generate_tests", task, &offered, &new_paths, ctx)
+            .await;
+    match res {
+        Ok(answer) => match super::by_blocks::to_changes(s, &answer) {
+            Ok(tests) => {
+                let line = format!(
+                    "{} by search/replace blocks{}; {}",
+                    files_line(&format!("{} test file(s)", tests.len()), &tests, &[]),
+                    match answer.corrections {
+                        0 => String::new(),
+                        n => format!(" after {n} correction(s)"),
+                    },
+                    answer.checks.join("; ")
+                );
+                (
+                    Ok(Some(
+                        Update::new().proposed_tests(tests).messages(vec![line]),
+                    )),
+                    calls,
+                )
+            }
+            Err(e) => (Err(format!("the proposed tests: {e}")), calls),
+        },
+        Err(problems) => (
+            Err(format!(
+                "test blocks refused after {} answer(s), line edits instead: {}",
+                super::by_blocks::MAX_CORRECTIONS + 1,
+                problems.join(" / ")
+            )),
+            calls,
+        ),
+    }
 }
 
 #[cfg(test)]

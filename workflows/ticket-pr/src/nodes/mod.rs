@@ -2,6 +2,7 @@
 //! ([`Deps`]), the update type, and the failure update.
 
 mod analysis;
+mod by_blocks;
 mod delivery;
 mod generation;
 mod review;

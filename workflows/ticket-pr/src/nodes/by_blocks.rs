@@ -1,0 +1,335 @@
+//! Changes and tests written as search/replace blocks (see [`crate::blocks`]): what a code
+//! model of 0.5B and up writes well. Each answer is matched against the files and every
+//! changed file is parse-checked; what fails goes back to the model for up to
+//! [`MAX_CORRECTIONS`] corrections. The line edits of [`super::generation`] stay as the net
+//! under it (and the way a 135M model edits).
+
+use super::*;
+use crate::blocks::{self, ParseCheck};
+use ferrograph::chat::agent::LlmCall;
+
+/// Most corrections of a block answer (blocks that match nowhere, files that do not parse)
+/// before the step gives up on blocks.
+pub(crate) const MAX_CORRECTIONS: usize = 2;
+
+/// Tokens a block answer may take.
+const MAX_BLOCK_TOKENS: usize = 1200;
+
+/// What a block answer produced.
+#[derive(Debug)]
+pub(crate) struct BlockAnswer {
+    /// New content per file, in the order the blocks named them.
+    pub files: Vec<(String, String)>,
+    /// The model's words before its first block (its root cause or summary).
+    pub explanation: String,
+    /// Answers that had to be corrected.
+    pub corrections: u32,
+    /// How each file was checked (`path: python3 -m py_compile`).
+    pub checks: Vec<String>,
+}
+
+/// Whether `llm` writes search/replace blocks: `FERROGRAPH_TICKET_EDITS=blocks` or `lines`
+/// decides; otherwise every model does except the 135M fast tier (SmolLM2-135M), for which
+/// the line edits were designed (it cannot quote a file's lines back reliably).
+pub(crate) fn blocks_for(llm: &AgentLlm) -> bool {
+    match std::env::var("FERROGRAPH_TICKET_EDITS")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Ok("lines") => false,
+        Ok("blocks") => true,
+        _ => !is_fast_tier(&llm.primary.model_name()),
+    }
+}
+
+/// Whether a model's name is the 135M fast tier's.
+fn is_fast_tier(name: &str) -> bool {
+    name.to_ascii_lowercase().contains("135m")
+}
+
+/// The words before the first block, without a trailing path line or fence.
+fn explanation_of(answer: &str) -> String {
+    let head: Vec<&str> = answer
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("<<<<<"))
+        .collect();
+    let mut head: Vec<&str> = head.into_iter().map(str::trim_end).collect();
+    while let Some(last) = head.last() {
+        let t = last.trim();
+        if t.is_empty() || t.starts_with("```") || (!t.contains(' ') && t.contains('.')) {
+            head.pop();
+        } else {
+            break;
+        }
+    }
+    head.join("\n").trim().to_string()
+}
+
+/// Applies `answer`'s blocks to `offered` (path, current text) and `new_paths` (files that
+/// may be created), then parse-checks each changed file. `Err` lists what the model must fix.
+pub(crate) fn use_answer(
+    answer: &str,
+    offered: &[(String, String)],
+    new_paths: &[String],
+) -> Result<BlockAnswer, Vec<String>> {
+    let all_paths: Vec<String> = offered
+        .iter()
+        .map(|(p, _)| p.clone())
+        .chain(new_paths.iter().cloned())
+        .collect();
+    let default = match all_paths.as_slice() {
+        [one] => Some(one.as_str()),
+        _ => None,
+    };
+    let parsed = blocks::parse_blocks(answer, default).map_err(|e| vec![e])?;
+    if parsed.is_empty() {
+        return Err(vec![
+            "the answer has no SEARCH/REPLACE block: write each change as a block".into(),
+        ]);
+    }
+    let mut problems = Vec::new();
+    // Current text per file (None: a new file not written yet).
+    let mut texts: Vec<(String, Option<String>)> = Vec::new();
+    for b in &parsed {
+        let Some(path) = blocks::resolve_path(&b.path, &all_paths) else {
+            problems.push(format!(
+                "`{}` is not a file you may change (you may change: {})",
+                b.path,
+                all_paths.join(", ")
+            ));
+            continue;
+        };
+        let slot = match texts.iter().position(|(p, _)| *p == path) {
+            Some(i) => i,
+            None => {
+                let current = offered
+                    .iter()
+                    .find(|(p, _)| *p == path)
+                    .map(|(_, t)| t.clone());
+                texts.push((path.clone(), current));
+                texts.len() - 1
+            }
+        };
+        let current = texts[slot].1.clone();
+        let result = if b.search.trim().is_empty() {
+            // An empty SEARCH part: a new file, or lines added at the end of one.
+            let base = current.unwrap_or_default();
+            let sep = if base.is_empty() || base.ends_with("\n\n") {
+                ""
+            } else if base.ends_with('\n') {
+                "\n"
+            } else {
+                "\n\n"
+            };
+            Ok(format!("{base}{sep}{}\n", b.replace.trim_end()))
+        } else {
+            match current {
+                Some(text) => blocks::apply_block(&text, b),
+                None => Err(format!(
+                    "{path} does not exist yet: leave the SEARCH part empty to write it"
+                )),
+            }
+        };
+        match result {
+            Ok(t) => texts[slot].1 = Some(t),
+            Err(e) => problems.push(e),
+        }
+    }
+    let mut files = Vec::new();
+    let mut checks = Vec::new();
+    for (path, text) in texts {
+        let Some(text) = text else { continue };
+        let old = offered.iter().find(|(p, _)| *p == path).map(|(_, t)| t);
+        if old == Some(&text) {
+            continue;
+        }
+        match blocks::parse_check(&path, &text) {
+            Ok(ParseCheck::Parses(how)) => checks.push(format!("{path}: parses ({how})")),
+            Ok(ParseCheck::NotChecked(why)) => {
+                checks.push(format!("{path}: not parse-checked ({why})"))
+            }
+            Err(e) => problems.push(format!("after your change {path} does not parse:\n{e}")),
+        }
+        files.push((path, text));
+    }
+    if files.is_empty() && problems.is_empty() {
+        problems.push(
+            "the blocks change nothing: the REPLACE part must differ from the SEARCH part".into(),
+        );
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(BlockAnswer {
+        files,
+        explanation: explanation_of(answer),
+        corrections: 0,
+        checks,
+    })
+}
+
+/// Asks for blocks with `task`, correcting up to [`MAX_CORRECTIONS`] times. `Err` holds the
+/// last answer's problems (or the model's error).
+pub(crate) async fn ask_blocks(
+    llm: &AgentLlm,
+    s: &TicketPrState,
+    purpose: &str,
+    task: String,
+    offered: &[(String, String)],
+    new_paths: &[String],
+    ctx: &NodeContext,
+) -> (Result<BlockAnswer, Vec<String>>, Vec<LlmCall>) {
+    let mut msgs = vec![
+        Message::system(prompts::system_blocks(&repo_name(s))),
+        Message::human(task),
+    ];
+    let mut calls = Vec::new();
+    let mut last = Vec::new();
+    for attempt in 0..=MAX_CORRECTIONS {
+        let name = if attempt == 0 {
+            purpose.to_string()
+        } else {
+            format!("{purpose} (correction {attempt})")
+        };
+        let (res, call) = llm
+            .text_with(
+                &name,
+                &msgs,
+                MAX_BLOCK_TOKENS,
+                |o| {
+                    // A block quotes the lines it changes: repeats are the format.
+                    o.no_repeat_ngram = None;
+                    o.max_context = o.max_context.max(8192);
+                },
+                TokenSink::from_context(ctx),
+            )
+            .await;
+        calls.push(call);
+        let answer = match res {
+            Ok(a) => a,
+            Err(e) => return (Err(vec![format!("the model failed: {e}")]), calls),
+        };
+        match use_answer(&answer, offered, new_paths) {
+            Ok(mut done) => {
+                done.corrections = attempt as u32;
+                return (Ok(done), calls);
+            }
+            Err(problems) => {
+                tracing::info!(
+                    purpose,
+                    attempt,
+                    ?problems,
+                    "blocks refused; asking for a correction"
+                );
+                msgs.push(Message::ai(answer));
+                msgs.push(Message::human(prompts::correction(&problems)));
+                last = problems;
+            }
+        }
+    }
+    (Err(last), calls)
+}
+
+/// A description of a change: the explanation's first sentence, else what changed.
+pub(crate) fn describe(explanation: &str, path: &str) -> String {
+    let first = explanation
+        .split_inclusive(['.', '\n'])
+        .map(str::trim)
+        .find(|t| t.len() > 12)
+        .unwrap_or("")
+        .trim();
+    if first.is_empty() || edit::degenerate(first) {
+        format!("edit of {path}")
+    } else if first.chars().count() > 200 {
+        format!("{}…", first.chars().take(200).collect::<String>())
+    } else {
+        first.to_string()
+    }
+}
+
+/// The block answer's files as changes, each path checked against the selected modules (a
+/// model's path is hostile: the same fence as the line edits).
+pub(crate) fn to_changes(
+    s: &TicketPrState,
+    answer: &BlockAnswer,
+) -> Result<Vec<FileChange>, TicketPrError> {
+    let repo = repo::open(Path::new(&s.repo))?;
+    let selected = s.selected_modules();
+    let mut out = Vec::new();
+    for (path, text) in &answer.files {
+        let path = repo::check_path(&repo, &s.base_commit, path, &selected)?;
+        out.push(FileChange {
+            description: describe(&answer.explanation, &path),
+            file_path: path,
+            new_content: text.clone(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn offered() -> Vec<(String, String)> {
+        vec![(
+            "pkg/tasks.py".to_string(),
+            "def late(tasks, today):\n    return [t for t in tasks if t.due < today]\n".to_string(),
+        )]
+    }
+
+    #[test]
+    fn the_fast_tier_keeps_line_edits() {
+        assert!(is_fast_tier("SmolLM2-135M-Instruct.Q4_1"));
+        assert!(!is_fast_tier("qwen2.5-coder-1.5b-instruct-q4_k_m"));
+    }
+
+    #[test]
+    fn an_answer_becomes_checked_files_and_its_explanation() {
+        let answer = "The root cause: `late` compares a missing due date.\n\npkg/tasks.py\n<<<<<<< SEARCH\n    return [t for t in tasks if t.due < today]\n=======\n    return [t for t in tasks if t.due is not None and t.due < today]\n>>>>>>> REPLACE\n";
+        let done = use_answer(answer, &offered(), &[]).unwrap();
+        assert_eq!(done.files.len(), 1);
+        assert!(done.files[0].1.contains("is not None"));
+        assert_eq!(
+            done.explanation,
+            "The root cause: `late` compares a missing due date."
+        );
+        assert_eq!(
+            describe(&done.explanation, "pkg/tasks.py"),
+            "The root cause: `late` compares a missing due date."
+        );
+    }
+
+    #[test]
+    fn problems_are_listed_for_the_model_to_correct() {
+        let no_blocks = use_answer("I would add a check.", &offered(), &[]).unwrap_err();
+        assert!(no_blocks[0].contains("no SEARCH/REPLACE block"));
+        let elsewhere = "/etc/passwd\n<<<<<<< SEARCH\nroot\n=======\nx\n>>>>>>> REPLACE";
+        let err = use_answer(elsewhere, &offered(), &[]).unwrap_err();
+        assert!(err[0].contains("not a file you may change"), "{err:?}");
+        let unchanged = "pkg/tasks.py\n<<<<<<< SEARCH\ndef late(tasks, today):\n=======\ndef late(tasks, today):\n>>>>>>> REPLACE";
+        assert!(use_answer(unchanged, &offered(), &[]).unwrap_err()[0].contains("change nothing"));
+        let broken = "pkg/tasks.py\n<<<<<<< SEARCH\n    return [t for t in tasks if t.due < today]\n=======\n    return [t for t in tasks if t.due < today\n>>>>>>> REPLACE";
+        if matches!(
+            blocks::parse_check("x.py", "x = 1\n"),
+            Ok(ParseCheck::Parses(_))
+        ) {
+            let err = use_answer(broken, &offered(), &[]).unwrap_err();
+            assert!(err[0].contains("does not parse"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_new_test_file_is_written_from_an_empty_search() {
+        let answer = "pkg/test_tasks.py\n<<<<<<< SEARCH\n=======\nfrom pkg.tasks import late\n\ndef test_none():\n    assert late([], 1) == []\n>>>>>>> REPLACE";
+        let done = use_answer(answer, &offered(), &["pkg/test_tasks.py".into()]).unwrap();
+        assert_eq!(done.files[0].0, "pkg/test_tasks.py");
+        assert!(done.files[0].1.starts_with("from pkg.tasks import late\n"));
+        // A SEARCH against a file that does not exist says how to write it.
+        let wrong =
+            "pkg/test_tasks.py\n<<<<<<< SEARCH\nimport x\n=======\nimport y\n>>>>>>> REPLACE";
+        let err = use_answer(wrong, &offered(), &["pkg/test_tasks.py".into()]).unwrap_err();
+        assert!(err[0].contains("leave the SEARCH part empty"), "{err:?}");
+    }
+}
