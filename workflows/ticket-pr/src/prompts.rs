@@ -173,8 +173,14 @@ pub fn system_blocks(repo_name: &str) -> String {
     )
 }
 
-/// How to write a search/replace block.
-pub const BLOCK_FORMAT: &str = "Write each change as a SEARCH/REPLACE block: the file's path on its own line, then the exact lines to change copied from the file, then the lines as they should be:
+/// How to write a search/replace block, with `path` (a file the model may change) in the
+/// example: a model copies the example's path.
+pub fn block_format(path: &str) -> String {
+    BLOCK_FORMAT.replace("path/to/file.ext", path)
+}
+
+/// How to write a search/replace block (the example's path is replaced by [`block_format`]).
+const BLOCK_FORMAT: &str = "Write each change as a SEARCH/REPLACE block: the file's path on its own line, then the exact lines to change copied from the file, then the lines as they should be:
 
 path/to/file.ext
 <<<<<<< SEARCH
@@ -216,11 +222,15 @@ pub fn change_blocks(s: &TicketPrState, files: &[(String, String)], excerpts: &s
     } else {
         format!("\nOTHER CODE (for reference, do not change):\n{excerpts}")
     };
+    let example = files
+        .first()
+        .map_or("path/to/file.ext", |(p, _)| p.as_str());
     format!(
-        "{goal}\n\n{}\n{ac}\nFILES YOU MAY CHANGE:\n{}{excerpts}{}\n{BLOCK_FORMAT}",
+        "{goal}\n\n{}\n{ac}\nFILES YOU MAY CHANGE:\n{}{excerpts}{}\n{}",
         ticket_lines(s),
         shown_files(files),
-        feedback_lines(s)
+        feedback_lines(s),
+        block_format(example)
     )
 }
 
@@ -238,9 +248,10 @@ pub fn test_blocks(s: &TicketPrState, diff: &str, test_file: &(String, Option<St
         ),
     };
     format!(
-        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n{target}\n{BLOCK_FORMAT}",
+        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n{target}\n{}",
         ticket_lines(s),
-        diff.trim_end()
+        diff.trim_end(),
+        block_format(path)
     )
 }
 

@@ -230,7 +230,7 @@ fn block_answer(prompt: &str, behaviour: Behaviour) -> String {
             .unwrap_or_default()
     };
     // The file's own indentation of the line (the block may quote it loosely).
-    let mut out = format!("The root cause: findOverdue calls isBefore on a null due date.\n\n{path}\n<<<<<<< SEARCH\n{needle}\n=======\n{replace}\n>>>>>>> REPLACE\n");
+    let mut out = format!("skip tasks without a due date. The root cause: findOverdue calls isBefore on a null due date.\n\n{path}\n<<<<<<< SEARCH\n{needle}\n=======\n{replace}\n>>>>>>> REPLACE\n");
     if prompt.contains("The reviewer's feedback") {
         let revisions = prompt.matches("\n- ").count();
         if let Some(first) = files

@@ -13,7 +13,48 @@ use ferrograph::chat::agent::LlmCall;
 pub(crate) const MAX_CORRECTIONS: usize = 2;
 
 /// Tokens a block answer may take.
-const MAX_BLOCK_TOKENS: usize = 1200;
+const MAX_BLOCK_TOKENS: usize = 1000;
+
+/// Characters of the files shown whole to a block answer (about 2,000 tokens of code), so that
+/// the task, an answer and a correction fit the model's 4,096-token context.
+pub(crate) const SHOWN_CHARS: usize = 7000;
+
+/// What a block answer is shown of `files`: each whole while they fit [`SHOWN_CHARS`], else
+/// the retrieved regions of it (the blocks are still matched against the whole file).
+pub(crate) fn shown_files(files: &[(String, String)], chunks: &[Chunk]) -> Vec<(String, String)> {
+    let mut used = 0;
+    let mut out = Vec::new();
+    for (path, text) in files {
+        if used + text.len() <= SHOWN_CHARS {
+            used += text.len();
+            out.push((path.clone(), text.clone()));
+            continue;
+        }
+        let mut part = String::new();
+        for c in chunks.iter().filter(|c| c.file_path == *path) {
+            if used + part.len() + c.text.len() > SHOWN_CHARS {
+                break;
+            }
+            part.push_str(&format!(
+                "# ... lines {}-{}:\n{}\n",
+                c.start_line,
+                c.end_line,
+                c.text.trim_end()
+            ));
+        }
+        if part.is_empty() {
+            let room = SHOWN_CHARS.saturating_sub(used).min(text.len());
+            let cut = (0..=room)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            part = text[..cut].to_string();
+        }
+        used += part.len();
+        out.push((path.clone(), part));
+    }
+    out
+}
 
 /// What a block answer produced.
 #[derive(Debug)]
@@ -221,6 +262,9 @@ pub(crate) async fn ask_blocks(
                     ?problems,
                     "blocks refused; asking for a correction"
                 );
+                // Only the last answer and what was wrong with it: the context stays the
+                // task's size (4,096 tokens by default) however many corrections there are.
+                msgs.truncate(2);
                 msgs.push(Message::ai(answer));
                 msgs.push(Message::human(prompts::correction(&problems)));
                 last = problems;
@@ -237,7 +281,14 @@ pub(crate) fn describe(explanation: &str, path: &str) -> String {
         .map(str::trim)
         .find(|t| t.len() > 12)
         .unwrap_or("")
-        .trim();
+        .trim()
+        .trim_end_matches('.');
+    // "The root cause: X" says what was wrong; the description keeps X.
+    let lower = first.to_ascii_lowercase();
+    let first = ["the root cause:", "root cause:", "the root cause is"]
+        .iter()
+        .find(|p| lower.starts_with(**p))
+        .map_or(first, |p| first[p.len()..].trim());
     if first.is_empty() || edit::degenerate(first) {
         format!("edit of {path}")
     } else if first.chars().count() > 200 {
@@ -297,7 +348,7 @@ mod tests {
         );
         assert_eq!(
             describe(&done.explanation, "pkg/tasks.py"),
-            "The root cause: `late` compares a missing due date."
+            "`late` compares a missing due date"
         );
     }
 

@@ -79,6 +79,11 @@ pub(crate) fn check_changes(
             dropped.push(format!("{path}: unchanged"));
             continue;
         }
+        // No file that fails to parse reaches the gate, whichever way it was written.
+        if let Err(why) = crate::blocks::parse_check(&path, &content) {
+            dropped.push(format!("{path}: does not parse ({why})"));
+            continue;
+        }
         if out.iter().any(|c| c.file_path == path) {
             dropped.push(format!("{path}: proposed twice"));
             continue;
@@ -204,8 +209,9 @@ pub(crate) async fn generate_code_changes(
     let mut calls = Vec::new();
     let mut dropped_all = Vec::new();
     if super::by_blocks::blocks_for(llm) {
-        let excerpts = excerpts_outside(&files, &s.retrieved_chunks, 3000);
-        let task = prompts::change_blocks(&s, &files, &excerpts);
+        let excerpts = excerpts_outside(&files, &s.retrieved_chunks, 1500);
+        let shown = super::by_blocks::shown_files(&files, &s.retrieved_chunks);
+        let task = prompts::change_blocks(&s, &shown, &excerpts);
         let (res, block_calls) =
             super::by_blocks::ask_blocks(llm, &s, "generate_code_changes", task, &files, &[], &ctx)
                 .await;
@@ -543,7 +549,14 @@ async fn tests_by_blocks(
             Err(e) => return (Err(e.to_string()), Vec::new()),
         }
     }
-    let task = prompts::test_blocks(s, &diff, &(target.clone(), existing.clone()));
+    let shown_test = existing.as_ref().map(|t| {
+        super::by_blocks::shown_files(&[(target.clone(), t.clone())], &[])
+            .into_iter()
+            .map(|(_, t)| t)
+            .next()
+            .unwrap_or_default()
+    });
+    let task = prompts::test_blocks(s, &diff, &(target.clone(), shown_test));
     let offered: Vec<(String, String)> = existing
         .map(|t| vec![(target.clone(), t)])
         .unwrap_or_default();
