@@ -49,6 +49,10 @@ echo "== browser test of the web console (headless chromium)"
 bash scripts/browser-test.sh
 disk
 
+echo "== ticket-to-PR evaluation cases (smoke): each test fails on the buggy release and passes on the fixed one"
+python3 scripts/verify_ticket_cases.py --case python-dotenv-637 --case xmltodict-361
+disk
+
 echo "== API fuzzing (schemathesis against /openapi.json)"
 bash scripts/fuzz-api.sh
 disk
