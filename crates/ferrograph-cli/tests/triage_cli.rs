@@ -21,9 +21,14 @@ fn cmd(data: &Path) -> Command {
         .env_remove("FERROGRAPH_CONFIG")
         .env_remove("FERROGRAPH_MAX_STEPS")
         .env_remove("FERROGRAPH_REMOTE_BASE_URL")
-        .env_remove("FERROGRAPH_DEFAULT_MODEL")
-        // The fast tier: the model the triage's evaluation chose is for users, not CI.
-        .env("FERROGRAPH_TRIAGE_MODEL", "smollm2-135m-instruct-q4_1");
+        .env_remove("FERROGRAPH_DEFAULT_MODEL");
+    c
+}
+
+/// [`cmd`] on the fast tier: the model the triage's evaluation chose is for users, not CI.
+fn cmd_smollm2(data: &Path) -> Command {
+    let mut c = cmd(data);
+    c.env("FERROGRAPH_TRIAGE_MODEL", "smollm2-135m-instruct-q4_1");
     c
 }
 
@@ -40,7 +45,7 @@ fn sigkill_after_the_investigator_then_resume_completes_the_triage() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir: PathBuf = dir.path().join("report");
     let out_arg = out_dir.display().to_string();
-    let mut child = cmd(dir.path())
+    let mut child = cmd_smollm2(dir.path())
         .args(["run", "triage", "--thread", "tri-kill", "--stream"])
         .args(["--issue", &fixture("issue.md"), "--repo", &fixture("repo")])
         .args(["--docs", &fixture("docs"), "--out", &out_arg])
@@ -62,7 +67,7 @@ fn sigkill_after_the_investigator_then_resume_completes_the_triage() {
     let status = child.wait().unwrap();
     assert!(killed && !status.success(), "the run was killed mid-way");
 
-    let out = cmd(dir.path())
+    let out = cmd_smollm2(dir.path())
         .args(["resume", "tri-kill"])
         .output()
         .unwrap();
