@@ -35,11 +35,14 @@ fn global_choice(config: &Config) -> Option<String> {
 
 /// The evaluated default of `workflow` that applies (the user configured neither this
 /// workflow's model nor one for all), with the manifest it came from.
-fn pending_default(config: &Config, workflow: &str) -> Option<(String, String)> {
+fn pending_default(
+    config: &Config,
+    manifest: &Manifest,
+    workflow: &str,
+) -> Option<(String, String)> {
     if config.workflow_models.contains_key(workflow) || global_choice(config).is_some() {
         return None;
     }
-    let manifest = Manifest::default_manifest().ok()?;
     let d = manifest.workflow_default(workflow)?;
     Some((d.model.clone(), d.why.clone()))
 }
@@ -47,10 +50,10 @@ fn pending_default(config: &Config, workflow: &str) -> Option<(String, String)> 
 /// Fetches (on first use, with progress unless `quiet`) the model the evaluation chose for
 /// `workflow`, when that is the model the workflow will run on and it is not on disk yet.
 pub(crate) fn fetch_for_run(config: &Config, workflow: &str, quiet: bool) -> Result<()> {
-    let Some((model, _)) = pending_default(config, workflow) else {
+    let manifest = Manifest::default_manifest()?;
+    let Some((model, _)) = pending_default(config, &manifest, workflow) else {
         return Ok(());
     };
-    let manifest = Manifest::default_manifest()?;
     if manifest.is_present(&model) {
         return Ok(());
     }
@@ -78,12 +81,15 @@ pub(crate) fn fetch_for_run(config: &Config, workflow: &str, quiet: bool) -> Res
 /// the model is on disk (a missing one is fetched by [`fetch_for_run`] for the workflow that
 /// runs; the others keep the fast tier rather than downloading every model at start).
 pub(crate) fn apply_defaults(config: &mut Config) {
+    // No manifest (a binary without its models folder): nothing was chosen.
+    let Ok(manifest) = Manifest::default_manifest() else {
+        return;
+    };
     for workflow in WORKFLOWS_WITH_MODELS {
-        let Some((model, why)) = pending_default(config, workflow) else {
+        let Some((model, why)) = pending_default(config, &manifest, workflow) else {
             continue;
         };
-        let present = Manifest::default_manifest().is_ok_and(|m| m.is_present(&model));
-        if present {
+        if manifest.is_present(&model) {
             config
                 .workflow_models
                 .insert(workflow.to_string(), model.clone());
@@ -112,7 +118,10 @@ pub(crate) fn describe(config: &Config, workflow: &str) -> Option<String> {
     if let Some(global) = global_choice(config) {
         return Some(format!("model: {global}"));
     }
-    let note = match pending_default(config, workflow) {
+    let pending = Manifest::default_manifest()
+        .ok()
+        .and_then(|m| pending_default(config, &m, workflow));
+    let note = match pending {
         Some((model, _)) => format!(
             "; {model}, chosen by its evaluation, is not fetched: `ferrograph models fetch {model}`"
         ),

@@ -98,6 +98,35 @@ pub fn code_context(
     out
 }
 
+/// The ticket's acceptance criteria, one `- ` line each.
+fn acceptance_list(s: &TicketPrState) -> String {
+    s.ticket
+        .acceptance_criteria
+        .iter()
+        .map(|a| format!("- {a}\n"))
+        .collect()
+}
+
+/// Retrieved excerpts of files other than `files`, within `budget` characters: context for
+/// a block answer, which sees the files it may change whole (see [`code_context`] for the
+/// line edits' context).
+pub fn excerpts_outside(files: &[(String, String)], chunks: &[Chunk], budget: usize) -> String {
+    let mut out = String::new();
+    for c in chunks {
+        if files.iter().any(|(p, _)| *p == c.file_path) || out.len() + c.text.len() > budget {
+            continue;
+        }
+        out.push_str(&format!(
+            "{} lines {}-{}:\n```\n{}\n```\n",
+            c.file_path,
+            c.start_line,
+            c.end_line,
+            c.text.trim_end()
+        ));
+    }
+    out
+}
+
 fn feedback_lines(s: &TicketPrState) -> String {
     if s.feedback.is_empty() {
         return String::new();
@@ -128,12 +157,7 @@ pub fn generate_changes(s: &TicketPrState, context: &str) -> String {
             feedback_lines(s)
         ),
         TicketType::Story => {
-            let ac: String = s
-                .ticket
-                .acceptance_criteria
-                .iter()
-                .map(|a| format!("- {a}\n"))
-                .collect();
+            let ac = acceptance_list(s);
             format!(
                 "Implement this story.\n\n{}\nACCEPTANCE CRITERIA:\n{ac}\nRELEVANT CODE:\n{context}{}\nInstructions:\n1. Meet every acceptance criterion.\n2. Follow the existing code's patterns.\n3. Keep it backward compatible.\n4. Change only files in the modules {modules}.\n{EDITS}",
                 ticket_lines(s),
@@ -206,12 +230,7 @@ pub fn change_blocks(s: &TicketPrState, files: &[(String, String)], excerpts: &s
         TicketType::Bug => "Fix this bug. First say in one or two sentences what the root cause is (name the function and what goes wrong), then give the blocks.",
         TicketType::Story => "Implement this story. First say in one or two sentences what you change, then give the blocks.",
     };
-    let ac: String = s
-        .ticket
-        .acceptance_criteria
-        .iter()
-        .map(|a| format!("- {a}\n"))
-        .collect();
+    let ac = acceptance_list(s);
     let ac = if ac.is_empty() {
         String::new()
     } else {

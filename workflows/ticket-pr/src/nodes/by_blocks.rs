@@ -69,6 +69,30 @@ pub(crate) struct BlockAnswer {
     pub checks: Vec<String>,
 }
 
+impl BlockAnswer {
+    /// The gate's progress line for these changes: `head` (the files), then how many
+    /// corrections they took and how each file was checked.
+    pub(crate) fn progress_line(&self, head: &str) -> String {
+        let corrections = match self.corrections {
+            0 => String::new(),
+            n => format!(" after {n} correction(s)"),
+        };
+        format!(
+            "{head} by search/replace blocks{corrections}; {}",
+            self.checks.join("; ")
+        )
+    }
+}
+
+/// Why `what` fell back to the line edits: the last answer's problems.
+pub(crate) fn refused_note(what: &str, problems: &[String]) -> String {
+    format!(
+        "{what} refused after {} answer(s), line edits instead: {}",
+        MAX_CORRECTIONS + 1,
+        problems.join(" / ")
+    )
+}
+
 /// Whether `llm` writes search/replace blocks: `FERROGRAPH_TICKET_EDITS=blocks` or `lines`
 /// decides; otherwise every model does except the 135M fast tier (SmolLM2-135M), for which
 /// the line edits were designed (it cannot quote a file's lines back reliably).

@@ -209,7 +209,7 @@ pub(crate) async fn generate_code_changes(
     let mut calls = Vec::new();
     let mut dropped_all = Vec::new();
     if super::by_blocks::blocks_for(llm) {
-        let excerpts = excerpts_outside(&files, &s.retrieved_chunks, 1500);
+        let excerpts = prompts::excerpts_outside(&files, &s.retrieved_chunks, 1500);
         let shown = super::by_blocks::shown_files(&files, &s.retrieved_chunks);
         let task = prompts::change_blocks(&s, &shown, &excerpts);
         let (res, block_calls) =
@@ -224,23 +224,15 @@ pub(crate) async fn generate_code_changes(
                         return Ok(failed(format!("the proposed changes: {e}")).llm_calls(calls))
                     }
                 };
-                let line = format!(
-                    "{} by search/replace blocks{}; {}",
-                    files_line(
-                        &format!(
-                            "Generation {}: {} file change(s)",
-                            s.generations + 1,
-                            changes.len()
-                        ),
-                        &changes,
-                        &[],
+                let line = answer.progress_line(&files_line(
+                    &format!(
+                        "Generation {}: {} file change(s)",
+                        s.generations + 1,
+                        changes.len()
                     ),
-                    match answer.corrections {
-                        0 => String::new(),
-                        n => format!(" after {n} correction(s)"),
-                    },
-                    answer.checks.join("; ")
-                );
+                    &changes,
+                    &[],
+                ));
                 let explanation = answer.explanation.trim();
                 return Ok(Update::new()
                     .root_cause(
@@ -257,10 +249,9 @@ pub(crate) async fn generate_code_changes(
                     .llm_calls(calls)
                     .messages(vec![line]));
             }
-            Err(problems) => dropped_all.push(format!(
-                "search/replace blocks refused after {} answer(s), line edits instead: {}",
-                super::by_blocks::MAX_CORRECTIONS + 1,
-                problems.join(" / ")
+            Err(problems) => dropped_all.push(super::by_blocks::refused_note(
+                "search/replace blocks",
+                &problems,
             )),
         }
     }
@@ -323,29 +314,6 @@ pub(crate) async fn generate_code_changes(
         .decision(String::new())
         .llm_calls(calls)
         .messages(vec![line]))
-}
-
-/// Retrieved excerpts of files other than `files`, within `budget` characters: context for
-/// a block answer, which sees the files it may change whole.
-pub(crate) fn excerpts_outside(
-    files: &[(String, String)],
-    chunks: &[Chunk],
-    budget: usize,
-) -> String {
-    let mut out = String::new();
-    for c in chunks {
-        if files.iter().any(|(p, _)| *p == c.file_path) || out.len() + c.text.len() > budget {
-            continue;
-        }
-        out.push_str(&format!(
-            "{} lines {}-{}:\n```\n{}\n```\n",
-            c.file_path,
-            c.start_line,
-            c.end_line,
-            c.text.trim_end()
-        ));
-    }
-    out
 }
 
 /// A progress line: `head: path, path (dropped: why; why)`.
@@ -571,15 +539,11 @@ async fn tests_by_blocks(
     match res {
         Ok(answer) => match super::by_blocks::to_changes(s, &answer) {
             Ok(tests) => {
-                let line = format!(
-                    "{} by search/replace blocks{}; {}",
-                    files_line(&format!("{} test file(s)", tests.len()), &tests, &[]),
-                    match answer.corrections {
-                        0 => String::new(),
-                        n => format!(" after {n} correction(s)"),
-                    },
-                    answer.checks.join("; ")
-                );
+                let line = answer.progress_line(&files_line(
+                    &format!("{} test file(s)", tests.len()),
+                    &tests,
+                    &[],
+                ));
                 (
                     Ok(Some(
                         Update::new().proposed_tests(tests).messages(vec![line]),
@@ -590,11 +554,7 @@ async fn tests_by_blocks(
             Err(e) => (Err(format!("the proposed tests: {e}")), calls),
         },
         Err(problems) => (
-            Err(format!(
-                "test blocks refused after {} answer(s), line edits instead: {}",
-                super::by_blocks::MAX_CORRECTIONS + 1,
-                problems.join(" / ")
-            )),
+            Err(super::by_blocks::refused_note("test blocks", &problems)),
             calls,
         ),
     }
