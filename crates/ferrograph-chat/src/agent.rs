@@ -64,7 +64,7 @@ impl AgentLlm {
         // The repetition guard stops loops while decoding (the text checks catch the rest);
         // eight tokens, so that a long identifier may be named twice.
         let base = GenerateOptions::greedy()
-            .max_context(4096)
+            .max_context(8192)
             .no_repeat_ngram(8);
         let (fallback, fallback_options) = match fallback {
             Some(f) => (f, base.clone()),

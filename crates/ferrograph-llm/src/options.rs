@@ -29,7 +29,9 @@ pub struct LoadOptions {
     /// Device to run on.
     pub device: DeviceKind,
     /// Largest context any call may use; rotary tables and caches are sized by it (capped by
-    /// the model's own context length).
+    /// the model's own context length). 8,192 by default: a code model's task (a ticket and
+    /// two or three whole files) takes 4–6k tokens, and the half-float KV cache grows with
+    /// the tokens actually used (28 KiB a position for Qwen2.5-Coder-1.5B).
     pub max_context: usize,
     /// How many requests may wait in the model actor's queue before callers wait to enqueue.
     pub queue_capacity: usize,
@@ -55,7 +57,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             device: DeviceKind::Cpu,
-            max_context: 4096,
+            max_context: 8192,
             queue_capacity: 64,
             max_batch: 8,
             prefix_cache_entries: 4,

@@ -1,88 +1,29 @@
-//! Running the engineer's code for real: a copy of the files in a fresh folder, `python3 -I`
-//! in its own process group under `prlimit` (address space, CPU seconds, file size), in a new
-//! user and network namespace through `unshare` when the kernel allows it (else socket
-//! creation is refused inside Python, and the result says which), with a cleared environment
-//! and a wall-clock timeout that kills the whole group.
+//! Running the engineer's code for real: a copy of the files in a fresh folder, then
+//! `python3 -I` under [`ferrograph_sandbox::run`] (a cleared environment, rlimits, a new user
+//! and network namespace where the kernel allows one, the whole process group killed at the
+//! end or at the time limit). Without a namespace, socket creation is refused inside Python
+//! and the result says which.
 
 use crate::domain::TestResults;
 use crate::error::TeamError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Duration;
-use tokio::io::AsyncReadExt;
+
+pub use ferrograph_sandbox::Limits;
 
 const RUNNER: &str = include_str!("runner.py");
 const RUNNER_NAME: &str = "_ferrograph_runner.py";
 const MARK: &str = "@@FERROGRAPH_RESULT@@";
 
-/// Limits of one run.
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// Wall-clock time.
-    pub timeout: Duration,
-    /// CPU seconds.
-    pub cpu_seconds: u64,
-    /// Address space (bytes).
-    pub memory_bytes: u64,
-    /// Largest file it may write (bytes).
-    pub file_bytes: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            timeout: Duration::from_secs(60),
-            cpu_seconds: 30,
-            memory_bytes: 1 << 30,
-            file_bytes: 64 << 20,
-        }
-    }
-}
-
-/// The Python interpreter: `FERROGRAPH_TEAM_PYTHON`, else the real executable behind
-/// `python3` on the PATH (a version manager's shim needs the environment we clear).
+/// The Python interpreter the code runs under (see [`ferrograph_sandbox::python`]).
 pub fn python() -> Result<PathBuf, TeamError> {
-    static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PY.get_or_init(|| {
-        if let Ok(p) = std::env::var("FERROGRAPH_TEAM_PYTHON") {
-            if !p.trim().is_empty() {
-                return Ok(PathBuf::from(p));
-            }
-        }
-        let out = std::process::Command::new("python3")
-            .args(["-c", "import sys; print(sys.executable)"])
-            .output()
-            .map_err(|e| format!("python3 is needed to run the team's code and tests: {e}"))?;
-        let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !out.status.success() || p.is_empty() {
-            return Err("python3 did not report its executable".into());
-        }
-        Ok(PathBuf::from(p))
-    })
-    .clone()
-    .map_err(TeamError::Sandbox)
-}
-
-fn works(cmd: &str, args: &[&str]) -> bool {
-    std::process::Command::new(cmd)
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    ferrograph_sandbox::python().map_err(|e| TeamError::Sandbox(e.to_string()))
 }
 
 /// Whether unprivileged user and network namespaces are available.
 pub fn network_namespaces() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| works("unshare", &["--user", "--net", "--map-root-user", "true"]))
-}
-
-fn prlimit_available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| works("prlimit", &["--version"]))
+    ferrograph_sandbox::network_namespaces()
 }
 
 #[derive(Deserialize)]
@@ -102,39 +43,10 @@ struct RunnerOut {
 /// Writes `files` (workspace path → content) into a fresh `dir` (emptied first). Paths are
 /// checked: plain relative names only.
 pub fn stage(dir: &Path, files: &BTreeMap<String, String>) -> Result<(), TeamError> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| TeamError::io(dir, e))?;
-    }
-    std::fs::create_dir_all(dir).map_err(|e| TeamError::io(dir, e))?;
-    for (p, text) in files {
+    for p in files.keys() {
         crate::workspace::check_path(p)?;
-        let path = dir.join(p);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| TeamError::io(parent, e))?;
-        }
-        std::fs::write(&path, text).map_err(|e| TeamError::io(&path, e))?;
     }
-    Ok(())
-}
-
-fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &s[start..])
-}
-
-/// Everything a pipe gives, up to 4 MiB.
-async fn drain<R: tokio::io::AsyncRead + Unpin>(pipe: Option<&mut R>) -> Vec<u8> {
-    let mut buf = Vec::new();
-    if let Some(p) = pipe {
-        let _ = p.take(4 << 20).read_to_end(&mut buf).await;
-    }
-    buf
+    ferrograph_sandbox::stage(dir, files).map_err(|e| TeamError::Sandbox(e.to_string()))
 }
 
 /// Runs the suite of the files in `dir` (staged with [`stage`]) and reports.
@@ -147,68 +59,19 @@ pub async fn run_tests(
     let runner = dir.join(RUNNER_NAME);
     std::fs::write(&runner, RUNNER).map_err(|e| TeamError::io(&runner, e))?;
     let netns = network_namespaces();
-    let mut argv: Vec<String> = Vec::new();
-    if netns {
-        argv.extend(["unshare", "--user", "--net", "--map-root-user", "--"].map(String::from));
-    }
-    if prlimit_available() {
-        argv.extend([
-            "prlimit".to_string(),
-            format!("--as={}", limits.memory_bytes),
-            format!("--cpu={}", limits.cpu_seconds),
-            format!("--fsize={}", limits.file_bytes),
-            "--".to_string(),
-        ]);
-    }
-    argv.push(python.display().to_string());
+    let mut argv: Vec<String> = vec![python.display().to_string()];
     argv.extend(["-I", "-B", RUNNER_NAME].map(String::from));
     if !netns {
         argv.push("--block-network".into());
     }
-    let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("LANG", "C.UTF-8")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    #[cfg(unix)]
-    cmd.process_group(0);
     let started = std::time::Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| TeamError::Sandbox(format!("starting {}: {e}", argv[0])))?;
-    let pid = child.id();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    // Both pipes are drained at once: a child that fills one while we wait on the other
-    // would otherwise block until the time limit.
-    let read = async {
-        let (o, e) = tokio::join!(drain(stdout.as_mut()), drain(stderr.as_mut()));
-        let status = child.wait().await;
-        (o, e, status)
-    };
-    let (out, err, timed_out) = match tokio::time::timeout(limits.timeout, read).await {
-        Ok((o, e, _)) => (o, e, false),
-        Err(_) => {
-            #[cfg(unix)]
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            (Vec::new(), Vec::new(), true)
-        }
-    };
+    let env = [("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string())];
+    let ran = ferrograph_sandbox::run(dir, &argv, &env, limits)
+        .await
+        .map_err(|e| TeamError::Sandbox(e.to_string()))?;
+    let timed_out = ran.timed_out;
     let _ = std::fs::remove_file(&runner);
-    let stdout = String::from_utf8_lossy(&out).into_owned();
-    let stderr = String::from_utf8_lossy(&err).into_owned();
+    let (stdout, stderr) = (ran.stdout, ran.stderr);
     let parsed: Option<RunnerOut> = stdout
         .lines()
         .rev()
@@ -229,7 +92,7 @@ pub async fn run_tests(
             limits.timeout.as_secs()
         ));
     }
-    let network = if netns { "namespace" } else { "python" }.to_string();
+    let network = ran.network.as_str().to_string();
     Ok(match parsed {
         Some(r) => TestResults {
             run_id: run_id.to_string(),
@@ -245,7 +108,7 @@ pub async fn run_tests(
             lint_passed: r.lint_errors.is_empty(),
             max_complexity: r.max_complexity,
             most_complex: r.most_complex,
-            output: cut(
+            output: ferrograph_sandbox::tail(
                 &if r.lint_errors.is_empty() {
                     output
                 } else {
@@ -260,7 +123,7 @@ pub async fn run_tests(
         None => TestResults {
             run_id: run_id.to_string(),
             duration_seconds: started.elapsed().as_secs_f64(),
-            output: cut(
+            output: ferrograph_sandbox::tail(
                 &format!(
                     "the test runner reported nothing{}\n{output}",
                     if timed_out { " (timed out)" } else { "" }
@@ -281,6 +144,7 @@ pub async fn run_tests(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::time::Duration;
 
     fn files(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -74,6 +74,18 @@ pub enum TicketPrError {
         #[source]
         source: serde_json::Error,
     },
+    /// The repository is too large to copy for a test run.
+    #[error(
+        "the repository's text files exceed {limit_mib} MiB: too large to copy for a test run"
+    )]
+    TreeTooLarge {
+        /// The limit.
+        limit_mib: usize,
+    },
+    /// Running the proposed tests failed to start or to stage (a failing test is a result,
+    /// not this error).
+    #[error("running the tests: {0}")]
+    Sandbox(#[from] ferrograph_sandbox::SandboxError),
 }
 
 impl TicketPrError {

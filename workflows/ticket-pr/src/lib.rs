@@ -3,12 +3,17 @@
 //!
 //! ```text
 //! fetch_ticket ─▶ classify_ticket ─▶ identify_modules ─▶ retrieve_context ─▶ generate_code_changes
-//!     │ (unknown ticket, bad repository: no model call)        ▲                     │
-//!     ▼                                                       │ feedback (≤ 3)      ▼
-//! handle_error ─▶ END                     human_review_gate ◀─ prepare_diff_summary ◀─ generate_tests
-//!                                              │ approve            │ reject / a 4th generation
-//!                                              ▼                    ▼
-//!                      apply_changes ─▶ create_pull_request ─▶ post_ticket_comment ─▶ END
+//!     │ (unknown ticket, bad repository: no model call)                   ▲              │
+//!     ▼                                                     feedback (≤ 3) │              ▼
+//! handle_error ─▶ END                                                     │       generate_tests
+//!                                                                         │              │
+//!   correct_from_tests ◀─ tests fail (≤ 2 corrections) ─ run_proposed_tests ◀────────────┘
+//!           └──────────────────────────────────────────▶ │ (sandbox: before and after)
+//!                                                         ▼
+//!                  human_review_gate ◀─ prepare_diff_summary
+//!                   │ approve      │ reject / a 4th generation ─▶ END
+//!                   ▼
+//!   apply_changes ─▶ create_pull_request ─▶ post_ticket_comment ─▶ END
 //! ```
 //!
 //! - Tickets are files in a folder ([`ticket`]); the comment goes back there.
@@ -37,6 +42,7 @@ pub mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod ticket;
+pub mod verify;
 
 pub use error::TicketPrError;
 pub use nodes::GateAnswer;
@@ -59,6 +65,9 @@ pub const NAME: &str = "ticket-to-pr";
 /// Most generations of the change (the first and two revisions).
 pub const MAX_GENERATIONS: u32 = 3;
 
+/// Most corrections of the change (or its tests) from the tests' run, before the gate.
+pub const MAX_TEST_CORRECTIONS: u32 = 2;
+
 /// A proposed file over this many lines is flagged at the gate.
 pub const LARGE_FILE_LINES: usize = 300;
 
@@ -77,6 +86,9 @@ pub struct TicketPrSettings {
     pub make_embedder: EmbedderFactory,
     /// A crash point ([`CRASH_ENV`]).
     pub crash_at: Option<String>,
+    /// Limits of each run of the proposed tests ([`verify`]); `None` skips the runs (the
+    /// gate then says the tests were not run).
+    pub test_limits: Option<ferrograph_sandbox::Limits>,
 }
 
 impl TicketPrSettings {
@@ -87,12 +99,25 @@ impl TicketPrSettings {
             llm: w.llm_for(NAME).map(|m| code_llm(m, w.fallback_llm.clone())),
             make_embedder: ferrograph_index::embed::minilm(),
             crash_at: std::env::var(CRASH_ENV).ok().filter(|v| !v.is_empty()),
+            test_limits: test_limits_from_env(),
         }
     }
 
     /// The pull-request store.
     pub fn prs(&self) -> prs::PrStore {
         prs::PrStore::new(self.data_dir.join("prs"))
+    }
+}
+
+/// The test runs' limits: the sandbox's defaults (60 s, 30 CPU seconds, 1 GiB), or none
+/// with `FERROGRAPH_TICKET_RUN_TESTS=0`.
+fn test_limits_from_env() -> Option<ferrograph_sandbox::Limits> {
+    match std::env::var("FERROGRAPH_TICKET_RUN_TESTS")
+        .as_deref()
+        .map(str::trim)
+    {
+        Ok("0") | Ok("false") | Ok("no") => None,
+        _ => Some(ferrograph_sandbox::Limits::default()),
     }
 }
 
@@ -137,6 +162,8 @@ pub fn graph(settings: TicketPrSettings) -> Result<CompiledGraph<TicketPrState>,
         .add_node("retrieve_context", node!(d, retrieve_context))
         .add_node("generate_code_changes", node!(d, generate_code_changes))
         .add_node("generate_tests", node!(d, generate_tests))
+        .add_node("run_proposed_tests", node!(d, run_proposed_tests))
+        .add_node("correct_from_tests", node!(d, correct_from_tests))
         .add_node("prepare_diff_summary", node!(d, prepare_diff_summary))
         .add_node("human_review_gate", node!(d, human_review_gate))
         .add_node("apply_changes", node!(d, apply_changes))
@@ -171,8 +198,39 @@ pub fn graph(settings: TicketPrSettings) -> Result<CompiledGraph<TicketPrState>,
         )
         .add_conditional_edges(
             "generate_tests",
-            on_error("prepare_diff_summary"),
-            ["prepare_diff_summary", "handle_error"],
+            on_error("run_proposed_tests"),
+            ["run_proposed_tests", "handle_error"],
+        )
+        .add_conditional_edges(
+            "run_proposed_tests",
+            |s: &TicketPrState| {
+                if s.error.is_some() {
+                    "handle_error"
+                } else if needs_test_correction(s) {
+                    "correct_from_tests"
+                } else {
+                    "prepare_diff_summary"
+                }
+            },
+            ["correct_from_tests", "prepare_diff_summary", "handle_error"],
+        )
+        .add_conditional_edges(
+            "correct_from_tests",
+            |s: &TicketPrState| {
+                if s.error.is_some() {
+                    "handle_error"
+                } else if s
+                    .test_runs
+                    .last()
+                    .is_some_and(|r| r.correction == s.test_corrections)
+                {
+                    // No usable correction: the gate shows the last run.
+                    "prepare_diff_summary"
+                } else {
+                    "run_proposed_tests"
+                }
+            },
+            ["run_proposed_tests", "prepare_diff_summary", "handle_error"],
         )
         .add_conditional_edges(
             "prepare_diff_summary",

@@ -282,10 +282,22 @@ pub fn correction(problems: &[String]) -> String {
     )
 }
 
-/// The test run's output, for the model to correct its change or its test.
-pub fn test_failure(command: &str, output: &str) -> String {
+/// The tests' run, for the model to correct its change or its tests: the ticket, the files
+/// as they are now (the change applied), what was run and what went wrong.
+pub fn test_correction(
+    s: &TicketPrState,
+    files: &[(String, String)],
+    command: &str,
+    problem: &str,
+) -> String {
+    let example = files
+        .first()
+        .map_or("path/to/file.ext", |(p, _)| p.as_str());
     format!(
-        "The tests were run with `{command}` after your change, and they failed:\n```\n{}\n```\nFix the change (or the test, if the test is wrong) with SEARCH/REPLACE blocks against the files as they are now.",
-        output.trim_end()
+        "Your change and its tests were run in a copy of the repository with `{command}`.\n\n{}\n\nTHE FILES AS THEY ARE NOW (your change applied):\n{}\nWHAT WENT WRONG:\n```\n{}\n```\n\nFirst say in one sentence whether the change or the test is wrong, and why. Then fix it with SEARCH/REPLACE blocks against the files as they are now. The tests are run with plain Python: module-level `def test_...():` functions with `assert`, or unittest; no pytest fixtures.\n{}",
+        ticket_lines(s),
+        shown_files(files),
+        problem.trim_end(),
+        block_format(example)
     )
 }

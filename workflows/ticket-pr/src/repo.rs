@@ -39,6 +39,42 @@ pub struct Module {
     pub files: Vec<String>,
 }
 
+/// The name of the module of a repository's top-level source files (a single-module
+/// package such as `xmltodict.py` next to `setup.py`); its path is empty.
+pub const TOP_LEVEL_MODULE: &str = "top-level";
+
+/// Build and tooling scripts at a repository's root that are not its sources.
+const ROOT_SCRIPTS: [&str; 6] = [
+    "setup.py",
+    "conftest.py",
+    "noxfile.py",
+    "fabfile.py",
+    "tasks.py",
+    "build.rs",
+];
+
+impl Module {
+    /// Whether `path` (normalized, relative to the root) lies in this module: under its
+    /// folder, or at the root for the [`TOP_LEVEL_MODULE`].
+    pub fn holds(&self, path: &str) -> bool {
+        if self.path.is_empty() {
+            !path.contains('/')
+        } else {
+            path.strip_prefix(self.path.as_str())
+                .is_some_and(|rest| rest.starts_with('/'))
+        }
+    }
+
+    /// The prefix retrieval filters this module's chunks by (empty for the top level).
+    pub fn prefix(&self) -> String {
+        if self.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.path)
+        }
+    }
+}
+
 /// One file as it should be after the change.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FileChange {
@@ -150,6 +186,49 @@ pub fn read_at(
     Ok(Some(String::from_utf8_lossy(blob.content()).into_owned()))
 }
 
+/// The text files at `commit` (path → content), for staging a copy of the tree: links,
+/// binary files (a NUL byte) and files over `max_file` bytes are left out; `Err` when the
+/// text files together exceed `max_total` bytes.
+pub fn text_tree(
+    repo: &Repository,
+    commit: &str,
+    max_file: usize,
+    max_total: usize,
+) -> Result<std::collections::BTreeMap<String, String>, TicketPrError> {
+    let tree = repo
+        .find_commit(oid(commit)?)
+        .and_then(|c| c.tree())
+        .map_err(TicketPrError::git(format!("reading commit {commit}")))?;
+    let mut out = std::collections::BTreeMap::new();
+    let mut total = 0usize;
+    for (path, mode) in files_at(repo, commit)? {
+        if mode == LINK_MODE {
+            continue;
+        }
+        let Ok(entry) = tree.get_path(Path::new(&path)) else {
+            continue;
+        };
+        let blob = repo
+            .find_blob(entry.id())
+            .map_err(TicketPrError::git(format!("reading {path}")))?;
+        let bytes = blob.content();
+        if bytes.len() > max_file || bytes.contains(&0) {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            continue;
+        };
+        total += bytes.len();
+        if total > max_total {
+            return Err(TicketPrError::TreeTooLarge {
+                limit_mib: max_total >> 20,
+            });
+        }
+        out.insert(path, text.to_string());
+    }
+    Ok(out)
+}
+
 #[derive(Deserialize)]
 struct ModulesFile {
     modules: Vec<ModuleSpec>,
@@ -195,32 +274,52 @@ pub fn modules(repo: &Repository, commit: &str) -> Result<Vec<Module>, TicketPrE
             } else {
                 with_build
             };
-            chosen
+            let mut specs: Vec<ModuleSpec> = chosen
                 .into_iter()
                 .map(|t| ModuleSpec {
                     name: t.clone(),
                     path: t,
                     description: String::new(),
                 })
-                .collect()
+                .collect();
+            // Sources at the root (a one-file package): a module of their own, so that the
+            // file the fix belongs in can be offered and changed.
+            if files.iter().any(|(p, mode)| is_root_source(p, *mode)) {
+                specs.push(ModuleSpec {
+                    name: TOP_LEVEL_MODULE.into(),
+                    path: String::new(),
+                    description: String::new(),
+                });
+            }
+            specs
         }
     };
     let mut out = Vec::new();
     for spec in specs {
         let path = spec.path.trim_matches('/').to_string();
-        normalize(&path).map_err(|why| {
-            TicketPrError::Modules(format!("module {}: path `{}`: {why}", spec.name, spec.path))
-        })?;
+        if !path.is_empty() || spec.name != TOP_LEVEL_MODULE {
+            normalize(&path).map_err(|why| {
+                TicketPrError::Modules(format!("module {}: path `{}`: {why}", spec.name, spec.path))
+            })?;
+        }
         let prefix = format!("{path}/");
         let mine: Vec<String> = files
             .iter()
-            .filter(|(p, mode)| p.starts_with(&prefix) && *mode != LINK_MODE)
+            .filter(|(p, mode)| {
+                *mode != LINK_MODE
+                    && if path.is_empty() {
+                        is_root_source(p, *mode)
+                    } else {
+                        p.starts_with(&prefix)
+                    }
+            })
             .map(|(p, _)| p.clone())
             .collect();
         if mine.is_empty() {
             return Err(TicketPrError::Modules(format!(
-                "module {} has no files under {path}/",
-                spec.name
+                "module {} has no files under {}",
+                spec.name,
+                if path.is_empty() { "the root" } else { &prefix }
             )));
         }
         let description = if spec.description.trim().is_empty() {
@@ -241,6 +340,17 @@ pub fn modules(repo: &Repository, commit: &str) -> Result<Vec<Module>, TicketPrE
         ));
     }
     Ok(out)
+}
+
+/// Whether a root-level entry is a source file of the package (not a build script, not a
+/// link, not documentation).
+fn is_root_source(path: &str, mode: i32) -> bool {
+    !path.contains('/')
+        && mode != LINK_MODE
+        && !path.starts_with('.')
+        && !ROOT_SCRIPTS.contains(&path)
+        && !BUILD_FILES.contains(&path)
+        && ferrograph_index::chunk::language_for_path(path).is_some_and(|l| l != "markdown")
 }
 
 /// "sources: Task, TaskService; tests: TaskServiceTest" from a module's files.
@@ -320,11 +430,17 @@ pub fn check_path(
         why,
     };
     let p = normalize(path).map_err(refuse)?;
-    if !allowed
-        .iter()
-        .any(|m| p.starts_with(&format!("{}/", m.path)))
-    {
-        let names: Vec<&str> = allowed.iter().map(|m| m.path.as_str()).collect();
+    if !allowed.iter().any(|m| m.holds(&p)) {
+        let names: Vec<&str> = allowed
+            .iter()
+            .map(|m| {
+                if m.path.is_empty() {
+                    "the top level"
+                } else {
+                    m.path.as_str()
+                }
+            })
+            .collect();
         return Err(refuse(format!(
             "outside the selected modules ({})",
             names.join(", ")
@@ -651,6 +767,32 @@ mod tests {
         assert_eq!(m[0].name, "service");
         assert_eq!(m[0].description, "the domain");
         assert_eq!(m[0].files, ["core/src/Task.java"]);
+    }
+
+    #[test]
+    fn a_one_file_package_at_the_root_is_a_module_of_its_own() {
+        let (_d, repo, base) = repo_with(&[
+            ("setup.py", "from setuptools import setup\nsetup()\n"),
+            ("xmltodict.py", "def parse(x):\n    return x\n"),
+            ("README.md", "# xmltodict"),
+            ("tests/test_xmltodict.py", "import xmltodict\n"),
+        ]);
+        let m = modules(&repo, &base).unwrap();
+        let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["tests", TOP_LEVEL_MODULE]);
+        let top = &m[1];
+        assert_eq!(top.files, ["xmltodict.py"], "no build script or README");
+        assert!(top.holds("xmltodict.py") && top.holds("test_new.py"));
+        assert!(!top.holds("tests/test_xmltodict.py"));
+        assert!(m[0].holds("tests/test_xmltodict.py") && !m[0].holds("tests2/x.py"));
+        // Paths are fenced by it like any module's.
+        assert_eq!(
+            check_path(&repo, &base, "xmltodict.py", &m[1..]).unwrap(),
+            "xmltodict.py"
+        );
+        for bad in ["tests/test_xmltodict.py", "../xmltodict.py", ".git/config"] {
+            assert!(check_path(&repo, &base, bad, &m[1..]).is_err(), "{bad}");
+        }
     }
 
     #[test]

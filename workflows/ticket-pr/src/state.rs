@@ -183,6 +183,14 @@ pub struct TicketPrState {
     pub proposed_changes: Vec<FileChange>,
     /// Proposed tests.
     pub proposed_tests: Vec<FileChange>,
+    /// The proposed tests' runs in the sandbox, oldest first.
+    #[reducer(append)]
+    pub test_runs: Vec<crate::verify::TestRun>,
+    /// Why the proposed tests were not run this generation (empty when they were).
+    pub tests_not_run: String,
+    /// Corrections made from test runs in this generation (at most
+    /// [`crate::MAX_TEST_CORRECTIONS`]).
+    pub test_corrections: u32,
     /// The reviewer's summary (Markdown).
     pub diff_summary: String,
     /// The unified diff of every proposed file against the base commit.

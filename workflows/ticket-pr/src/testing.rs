@@ -263,5 +263,6 @@ pub fn settings(data_dir: &Path, model: Arc<dyn ChatModel>) -> TicketPrSettings 
         crash_at: std::env::var(crate::CRASH_ENV)
             .ok()
             .filter(|v| !v.is_empty()),
+        test_limits: Some(Default::default()),
     }
 }

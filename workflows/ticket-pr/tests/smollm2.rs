@@ -58,6 +58,7 @@ async fn bug_ticket_end_to_end_on_the_real_models() {
             llm: Some(code_llm(llm, None)),
             make_embedder: ferrograph_index::embed::minilm(),
             crash_at: None,
+            test_limits: Some(Default::default()),
         },
     )
     .await

@@ -169,6 +169,25 @@ pub(crate) async fn identify_modules(
             added.push(format!("{m} (the ticket names {file})"));
         }
     }
+    // Chosen modules with no tests of their own get the repository's test module (the
+    // top-level `tests/` of a Python package): the tests of the change go there.
+    let has_tests = |name: &String| {
+        s.modules
+            .iter()
+            .any(|m| &m.name == name && m.files.iter().any(|f| repo::is_test_path(f)))
+    };
+    if !chosen.is_empty() && !chosen.iter().any(has_tests) {
+        if let Some(t) = s.modules.iter().find(|m| {
+            !chosen.contains(&m.name)
+                && m.files.iter().all(|f| repo::is_test_path(f))
+                && m.files.iter().any(|f| {
+                    ferrograph_index::chunk::language_for_path(f).is_some_and(|l| l != "markdown")
+                })
+        }) {
+            chosen.push(t.name.clone());
+            added.push(format!("{} (the tests of the chosen modules)", t.name));
+        }
+    }
     if chosen.is_empty() {
         return Ok(failed(format!(
             "the model named no module of the repository (it said {:?}; the repository has {})",
@@ -227,8 +246,9 @@ pub(crate) async fn retrieve_context(
     let mut chunks: Vec<Chunk> = Vec::new();
     for m in s.selected_modules() {
         let q = Query::new(text.clone())
-            .k(4)
-            .filter(Filter::path_prefix(format!("{}/", m.path)));
+            // The top level's prefix is every path: ask for more and keep its own four.
+            .k(if m.path.is_empty() { 16 } else { 4 })
+            .filter(Filter::path_prefix(m.prefix()));
         let hits = match retriever.search_async(q).await {
             Ok(h) => h,
             Err(e) => return Ok(failed(format!("searching {}: {e}", m.name))),
@@ -236,6 +256,7 @@ pub(crate) async fn retrieve_context(
         chunks.extend(
             hits.into_iter()
                 .filter(|h| m.files.contains(&h.path))
+                .take(4)
                 .map(|h| Chunk {
                     file_path: h.path,
                     module: m.name.clone(),

@@ -15,9 +15,9 @@ pub(crate) const MAX_CORRECTIONS: usize = 2;
 /// Tokens a block answer may take.
 const MAX_BLOCK_TOKENS: usize = 1000;
 
-/// Characters of the files shown whole to a block answer (about 2,000 tokens of code), so that
-/// the task, an answer and a correction fit the model's 4,096-token context.
-pub(crate) const SHOWN_CHARS: usize = 7000;
+/// Characters of the files shown whole to a block answer (about 3,500 tokens of code), so that
+/// the task, an answer and a correction fit an 8,192-token context.
+pub(crate) const SHOWN_CHARS: usize = 12000;
 
 /// What a block answer is shown of `files`: each whole while they fit [`SHOWN_CHARS`], else
 /// the retrieved regions of it (the blocks are still matched against the whole file).
@@ -287,7 +287,7 @@ pub(crate) async fn ask_blocks(
                     "blocks refused; asking for a correction"
                 );
                 // Only the last answer and what was wrong with it: the context stays the
-                // task's size (4,096 tokens by default) however many corrections there are.
+                // task's size (within 8,192 tokens) however many corrections there are.
                 msgs.truncate(2);
                 msgs.push(Message::ai(answer));
                 msgs.push(Message::human(prompts::correction(&problems)));

@@ -3,32 +3,6 @@
 
 use super::*;
 
-/// Source files the generator may rewrite: the picker's files, then the files of the best
-/// chunks, in the selected modules and not tests, at most `n`.
-pub(crate) fn candidate_sources(s: &TicketPrState, n: usize) -> Vec<String> {
-    let selected = s.selected_modules();
-    let in_scope =
-        |p: &String| !repo::is_test_path(p) && selected.iter().any(|m| m.files.contains(p));
-    let named = named_files(s, &selected);
-    let mut out: Vec<String> = Vec::new();
-    // Files the ticket or the classifier names come first, then the picker's, then
-    // retrieval's.
-    for p in named
-        .iter()
-        .chain(s.affected_files.iter())
-        .chain(s.retrieved_chunks.iter().map(|c| &c.file_path))
-    {
-        if in_scope(p)
-            && !out.contains(p)
-            && ferrograph_index::chunk::language_for_path(p).is_some()
-        {
-            out.push(p.clone());
-        }
-    }
-    out.truncate(n);
-    out
-}
-
 /// Reads `paths` at the base commit.
 pub(crate) fn read_files(
     s: &TicketPrState,
@@ -175,7 +149,10 @@ pub(crate) async fn generate_code_changes(
         Ok(l) => l,
         Err(e) => return Ok(failed(e)),
     };
-    let paths = candidate_sources(&s, 2);
+    let by_blocks = super::by_blocks::blocks_for(llm);
+    // Blocks are shown whole files (within their budget); line edits list a file's lines in
+    // the schema, which two files already fill.
+    let paths = candidate_sources(&s, if by_blocks { 3 } else { 2 });
     if paths.is_empty() {
         return Ok(failed(format!(
             "no source file found in the modules {} to change",
@@ -208,7 +185,7 @@ pub(crate) async fn generate_code_changes(
     };
     let mut calls = Vec::new();
     let mut dropped_all = Vec::new();
-    if super::by_blocks::blocks_for(llm) {
+    if by_blocks {
         let excerpts = prompts::excerpts_outside(&files, &s.retrieved_chunks, 1500);
         let shown = super::by_blocks::shown_files(&files, &s.retrieved_chunks);
         let task = prompts::change_blocks(&s, &shown, &excerpts);
@@ -245,6 +222,8 @@ pub(crate) async fn generate_code_changes(
                     .proposed_changes(changes)
                     .proposed_tests(Vec::new())
                     .generations(1u32)
+                    .test_corrections(0u32)
+                    .tests_not_run(String::new())
                     .decision(String::new())
                     .llm_calls(calls)
                     .messages(vec![line]));
@@ -311,6 +290,8 @@ pub(crate) async fn generate_code_changes(
         .proposed_changes(changes)
         .proposed_tests(Vec::new())
         .generations(1u32)
+        .test_corrections(0u32)
+        .tests_not_run(String::new())
         .decision(String::new())
         .llm_calls(calls)
         .messages(vec![line]))
@@ -366,7 +347,12 @@ pub(crate) async fn generate_tests(
         .iter()
         .flat_map(|m| m.files.iter())
         .filter(|f| {
-            repo::is_test_path(f) && ferrograph_index::chunk::language_for_path(f).is_some()
+            let name = f.rsplit('/').next().unwrap_or(f);
+            // A package marker or shared fixtures are not where a test goes.
+            repo::is_test_path(f)
+                && ferrograph_index::chunk::language_for_path(f).is_some()
+                && name != "__init__.py"
+                && name != "conftest.py"
         })
         .cloned()
         .collect();
@@ -398,9 +384,7 @@ pub(crate) async fn generate_tests(
         if let Some(t) = test_path_for(&c.file_path) {
             if !paths.contains(&t)
                 && existing.as_ref().is_none_or(|e| stem_of(e) != stem_of(&t))
-                && selected
-                    .iter()
-                    .any(|m| t.starts_with(&format!("{}/", m.path)))
+                && selected.iter().any(|m| m.holds(&t))
             {
                 paths.push(t);
             }
@@ -411,7 +395,7 @@ pub(crate) async fn generate_tests(
             "No test file to write: the selected modules have no tests and no test path could be derived".into(),
         ]));
     }
-    let files = match existing
+    let mut files = match existing
         .as_ref()
         .map(|e| read_files(&s, std::slice::from_ref(e)))
     {
@@ -419,6 +403,32 @@ pub(crate) async fn generate_tests(
         Some(Err(e)) => return Ok(failed(e)),
         None => Vec::new(),
     };
+    // A Python test file our runner cannot run here (it needs pytest, which is not
+    // installed): the test goes to a new file beside it, so that it can run before the gate.
+    if let Some((path, text)) = files.first() {
+        if path.ends_with(".py") && !crate::verify::runnable_test_file(text) {
+            let dir = Path::new(path)
+                .parent()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let slug: String = s
+                .ticket
+                .key
+                .to_lowercase()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            let name = format!("test_{}.py", slug.trim_matches('_'));
+            let new = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            tracing::info!(existing = %path, new = %new, "the test file needs pytest: a new file instead");
+            paths = vec![new];
+            files = Vec::new();
+        }
+    }
     let mut block_calls = Vec::new();
     let mut block_note = None;
     if super::by_blocks::blocks_for(llm) {

@@ -3,15 +3,19 @@
 
 mod analysis;
 mod by_blocks;
+mod candidates;
 mod delivery;
 mod generation;
 mod review;
+mod verification;
 
 pub(crate) use analysis::*;
+pub(crate) use candidates::*;
 pub(crate) use delivery::*;
 pub(crate) use generation::*;
 pub use review::GateAnswer;
 pub(crate) use review::*;
+pub(crate) use verification::*;
 
 use crate::repo::FileChange;
 use crate::state::{status, Chunk, Classification, CodeChanges, ModuleChoice, PrRef, TestChanges};

@@ -66,6 +66,32 @@ pub(crate) async fn prepare_diff_summary(
             }
         }
     }
+    lines.push("\n### Tests run\n".into());
+    match s
+        .test_runs
+        .last()
+        .filter(|r| r.generation == s.generations && s.tests_not_run.is_empty())
+    {
+        Some(r) => {
+            let corrections = match s.test_corrections {
+                0 => String::new(),
+                n => format!(" after {n} correction(s) from earlier runs"),
+            };
+            lines.push(format!("`{}`{corrections}: {}", r.command, r.line()));
+            if r.problem().is_some() {
+                warnings.push(
+                    "The proposed tests do not show the fix (see the test run): review the change and the tests with care."
+                        .into(),
+                );
+                let report = r.after.report();
+                if !r.after.all_passed() && !report.trim().is_empty() {
+                    lines.push(format!("\n```\n{}\n```", report.trim_end()));
+                }
+            }
+        }
+        None if !s.tests_not_run.is_empty() => lines.push(format!("Not run: {}.", s.tests_not_run)),
+        None => lines.push("Not run.".into()),
+    }
     if s.affected_modules.len() > 2 {
         warnings.push(format!(
             "Multi-module change: {}. Verify the scope is appropriate.",
