@@ -324,7 +324,7 @@ fn show_rank(r: Option<usize>) -> String {
     r.map_or_else(|| "-".into(), |r| r.to_string())
 }
 
-fn slug(s: &str) -> String {
+pub(crate) fn slug(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '.' {

@@ -9,6 +9,7 @@ mod chat;
 mod cluster;
 mod config;
 mod eval;
+mod eval_ticket;
 mod eval_tutor;
 mod fraud;
 mod index;
@@ -283,6 +284,11 @@ enum EvalCommand {
     /// The tutor on material we did not write: public crates' READMEs (downloaded from
     /// crates.io) as one subject; per crate "What is NAME?" and a two-question quiz, judged.
     Tutor(eval_tutor::TutorEvalOptions),
+    /// Ticket to PR on real bugs of public Python packages: the buggy release as a git
+    /// repository, a ticket from the public report, the workflow to its gate, approved, and
+    /// the real fix's test run against the branch it made (the fix rate).
+    #[command(name = "ticket-to-pr")]
+    TicketToPr(eval_ticket::TicketEvalOptions),
 }
 
 #[derive(Subcommand, Debug)]
@@ -1559,6 +1565,17 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             what: EvalCommand::Tutor(opts),
         } => {
             eval_tutor::run(&opts).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Eval {
+            what: EvalCommand::TicketToPr(opts),
+        } => {
+            // The model its evaluation chose for the workflow, else the default.
+            let default = ferrograph_llm::manifest::Manifest::default_manifest()
+                .ok()
+                .and_then(|m| m.workflow_default("ticket-to-pr").map(|d| d.model.clone()))
+                .unwrap_or_else(|| ferrograph_llm::manifest::DEFAULT_CHAT_MODEL.to_string());
+            eval_ticket::run(&opts, &default).await?;
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}

@@ -32,7 +32,9 @@
 pub mod blocks;
 pub mod edit;
 pub mod error;
+pub mod eval;
 pub mod fixture;
+pub mod functions;
 pub mod metrics;
 mod nodes;
 pub mod prompts;

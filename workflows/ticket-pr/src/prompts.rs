@@ -200,7 +200,13 @@ pub fn system_blocks(repo_name: &str) -> String {
 /// How to write a search/replace block, with `path` (a file the model may change) in the
 /// example: a model copies the example's path.
 pub fn block_format(path: &str) -> String {
-    BLOCK_FORMAT.replace("path/to/file.ext", path)
+    let mut text = BLOCK_FORMAT.replace("path/to/file.ext", path);
+    if path.ends_with(".py") {
+        text.push_str(&format!(
+            "\nInstead of a block you may give a changed or new function whole, in a ```python code block with the file's path on the line before it:\n\n{path}\n```python\ndef the_function(...):\n    ...\n```"
+        ));
+    }
+    text
 }
 
 /// How to write a search/replace block (the example's path is replaced by [`block_format`]).
@@ -266,12 +272,46 @@ pub fn test_blocks(s: &TicketPrState, diff: &str, test_file: &(String, Option<St
             "Write a new test file {path} (leave the SEARCH part empty): import what the test uses from the package, and write test functions that a test runner finds (in Python: module-level `def test_...():` functions with plain `assert`)."
         ),
     };
+    let python = if path.ends_with(".py") {
+        let modules: Vec<String> = s
+            .proposed_changes
+            .iter()
+            .filter_map(|c| python_module(&c.file_path))
+            .map(|m| format!("`{m}`"))
+            .collect();
+        let import = if modules.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Import what you test from {} (the changed code).",
+                modules.join(", ")
+            )
+        };
+        format!("\nKeep it short: one or two test functions (`def test_...():` at module level, no arguments, no class), each with at most three `assert` lines, using the ticket's own examples.{import}")
+    } else {
+        String::new()
+    };
     format!(
-        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n{target}\n{}",
+        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n{target}{python}\n{}",
         ticket_lines(s),
         diff.trim_end(),
         block_format(path)
     )
+}
+
+/// The module a Python file is imported as (`src/humanize/filesize.py` → `humanize.filesize`;
+/// a package's `__init__.py` → the package).
+pub fn python_module(path: &str) -> Option<String> {
+    let p = path.strip_suffix(".py")?;
+    let p = p.strip_prefix("src/").unwrap_or(p);
+    let p = p.strip_suffix("/__init__").unwrap_or(p);
+    if p.is_empty()
+        || p.split('/')
+            .any(|c| c.is_empty() || c.contains('.') || c.contains('-'))
+    {
+        return None;
+    }
+    Some(p.replace('/', "."))
 }
 
 /// What was wrong with the last answer, for the model to correct.

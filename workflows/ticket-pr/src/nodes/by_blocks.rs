@@ -12,8 +12,12 @@ use ferrograph::chat::agent::LlmCall;
 /// before the step gives up on blocks.
 pub(crate) const MAX_CORRECTIONS: usize = 2;
 
-/// Tokens a block answer may take.
-const MAX_BLOCK_TOKENS: usize = 1000;
+/// Tokens a change's block answer may take.
+pub(crate) const MAX_BLOCK_TOKENS: usize = 1000;
+
+/// Tokens a test's block answer may take: a test that shows a fix is short, and a longer
+/// answer is a small model listing asserts until it is cut off.
+pub(crate) const MAX_TEST_TOKENS: usize = 600;
 
 /// Characters of the files shown whole to a block answer (about 3,500 tokens of code), so that
 /// the task, an answer and a correction fit an 8,192-token context.
@@ -67,6 +71,8 @@ pub(crate) struct BlockAnswer {
     pub corrections: u32,
     /// How each file was checked (`path: python3 -m py_compile`).
     pub checks: Vec<String>,
+    /// How the model wrote it: `search/replace blocks` or `whole functions`.
+    pub form: &'static str,
 }
 
 impl BlockAnswer {
@@ -78,7 +84,8 @@ impl BlockAnswer {
             n => format!(" after {n} correction(s)"),
         };
         format!(
-            "{head} by search/replace blocks{corrections}; {}",
+            "{head} by {}{corrections}; {}",
+            self.form,
             self.checks.join("; ")
         )
     }
@@ -116,7 +123,10 @@ fn is_fast_tier(name: &str) -> bool {
 fn explanation_of(answer: &str) -> String {
     let head: Vec<&str> = answer
         .lines()
-        .take_while(|l| !l.trim_start().starts_with("<<<<<"))
+        .take_while(|l| {
+            let t = l.trim_start();
+            !t.starts_with("<<<<<") && !t.starts_with("```")
+        })
         .collect();
     let mut head: Vec<&str> = head.into_iter().map(str::trim_end).collect();
     while let Some(last) = head.last() {
@@ -130,9 +140,130 @@ fn explanation_of(answer: &str) -> String {
     head.join("\n").trim().to_string()
 }
 
-/// Applies `answer`'s blocks to `offered` (path, current text) and `new_paths` (files that
-/// may be created), then parse-checks each changed file. `Err` lists what the model must fix.
+/// Applies `answer` to `offered` (path, current text) and `new_paths` (files that may be
+/// created): its search/replace blocks, or, when it has none, the whole Python functions of
+/// its code fences ([`crate::functions`]); then parse-checks each changed file. `Err` lists
+/// what the model must fix.
 pub(crate) fn use_answer(
+    answer: &str,
+    offered: &[(String, String)],
+    new_paths: &[String],
+) -> Result<BlockAnswer, Vec<String>> {
+    let by_blocks = use_blocks(answer, offered, new_paths);
+    match by_blocks {
+        Err(problems) if !answer.contains("<<<<<") => {
+            match use_functions(answer, offered, new_paths) {
+                Some(Ok(done)) => Ok(done),
+                Some(Err(more)) => Err(more),
+                None => Err(problems),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The Python functions of `answer`'s code fences put into the files; `None` when it has no
+/// Python fence.
+fn use_functions(
+    answer: &str,
+    offered: &[(String, String)],
+    new_paths: &[String],
+) -> Option<Result<BlockAnswer, Vec<String>>> {
+    use crate::functions;
+    let fences: Vec<functions::Fence> = functions::fences(answer)
+        .into_iter()
+        .filter(|f| functions::is_python(f) && !f.text.trim().is_empty())
+        .collect();
+    if fences.is_empty() {
+        return None;
+    }
+    let all_paths: Vec<String> = offered
+        .iter()
+        .map(|(p, _)| p.clone())
+        .chain(new_paths.iter().cloned())
+        .filter(|p| p.ends_with(".py"))
+        .collect();
+    let mut texts: Vec<(String, String)> = Vec::new();
+    let mut problems = Vec::new();
+    for f in &fences {
+        let names = functions::defined_names(&f.text);
+        let current_of = |p: &str, texts: &[(String, String)]| {
+            texts
+                .iter()
+                .find(|(q, _)| q == p)
+                .map(|(_, t)| t.clone())
+                .or_else(|| offered.iter().find(|(q, _)| q == p).map(|(_, t)| t.clone()))
+        };
+        let target = f
+            .path
+            .as_deref()
+            .and_then(|p| blocks::resolve_path(p, &all_paths))
+            .or_else(|| {
+                offered
+                    .iter()
+                    .find(|(p, t)| {
+                        p.ends_with(".py") && names.iter().any(|n| super::candidates::defines(t, n))
+                    })
+                    .map(|(p, _)| p.clone())
+            })
+            .or_else(|| match all_paths.as_slice() {
+                [one] => Some(one.clone()),
+                _ => None,
+            });
+        let Some(path) = target else {
+            problems.push(format!(
+                "a code block does not say which file it is for (write the path on the line before it; you may change: {})",
+                all_paths.join(", ")
+            ));
+            continue;
+        };
+        let new_text = match current_of(&path, &texts) {
+            Some(text) => match functions::apply_fence(&text, &f.text) {
+                Ok(a) => a.text,
+                Err(e) => {
+                    problems.push(format!("{path}: {e}"));
+                    continue;
+                }
+            },
+            None => format!("{}\n", f.text.trim_end()),
+        };
+        match texts.iter_mut().find(|(q, _)| *q == path) {
+            Some(slot) => slot.1 = new_text,
+            None => texts.push((path, new_text)),
+        }
+    }
+    let mut files = Vec::new();
+    let mut checks = Vec::new();
+    for (path, text) in texts {
+        if offered.iter().any(|(p, t)| *p == path && *t == text) {
+            continue;
+        }
+        match blocks::parse_check(&path, &text) {
+            Ok(ParseCheck::Parses(how)) => checks.push(format!("{path}: parses ({how})")),
+            Ok(ParseCheck::NotChecked(why)) => {
+                checks.push(format!("{path}: not parse-checked ({why})"))
+            }
+            Err(e) => problems.push(format!("after your change {path} does not parse:\n{e}")),
+        }
+        files.push((path, text));
+    }
+    if files.is_empty() && problems.is_empty() {
+        problems.push("the code blocks change nothing".into());
+    }
+    if !problems.is_empty() {
+        return Some(Err(problems));
+    }
+    Some(Ok(BlockAnswer {
+        files,
+        explanation: explanation_of(answer),
+        corrections: 0,
+        checks,
+        form: "whole functions",
+    }))
+}
+
+/// Applies `answer`'s search/replace blocks (see [`use_answer`]).
+fn use_blocks(
     answer: &str,
     offered: &[(String, String)],
     new_paths: &[String],
@@ -230,6 +361,7 @@ pub(crate) fn use_answer(
         explanation: explanation_of(answer),
         corrections: 0,
         checks,
+        form: "search/replace blocks",
     })
 }
 
@@ -242,6 +374,7 @@ pub(crate) async fn ask_blocks(
     task: String,
     offered: &[(String, String)],
     new_paths: &[String],
+    max_tokens: usize,
     ctx: &NodeContext,
 ) -> (Result<BlockAnswer, Vec<String>>, Vec<LlmCall>) {
     let mut msgs = vec![
@@ -260,7 +393,7 @@ pub(crate) async fn ask_blocks(
             .text_with(
                 &name,
                 &msgs,
-                MAX_BLOCK_TOKENS,
+                max_tokens,
                 |o| {
                     // A block quotes the lines it changes: repeats are the format.
                     o.no_repeat_ngram = None;
@@ -284,6 +417,7 @@ pub(crate) async fn ask_blocks(
                     purpose,
                     attempt,
                     ?problems,
+                    answer = %answer.chars().take(1500).collect::<String>(),
                     "blocks refused; asking for a correction"
                 );
                 // Only the last answer and what was wrong with it: the context stays the
@@ -390,6 +524,30 @@ mod tests {
             blocks::parse_check("x.py", "x = 1\n"),
             Ok(ParseCheck::Parses(_))
         ) {
+            let err = use_answer(broken, &offered(), &[]).unwrap_err();
+            assert!(err[0].contains("does not parse"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_whole_function_in_a_code_block_is_used_when_there_is_no_block() {
+        let answer = "The root cause: `late` compares a missing due date.\n\n```python\ndef late(tasks, today):\n    return [t for t in tasks if t.due is not None and t.due < today]\n```\n";
+        let done = use_answer(answer, &offered(), &[]).unwrap();
+        assert_eq!(done.form, "whole functions");
+        assert!(done.files[0].1.contains("t.due is not None"));
+        assert_eq!(
+            done.explanation,
+            "The root cause: `late` compares a missing due date."
+        );
+        // A new test file from a fence, and a fence that breaks the file is sent back.
+        let test = "tests/test_late.py\n```python\nfrom pkg.tasks import late\n\ndef test_none():\n    assert late([], 1) == []\n```";
+        let done = use_answer(test, &offered(), &["tests/test_late.py".into()]).unwrap();
+        assert_eq!(done.files[0].0, "tests/test_late.py");
+        if matches!(
+            blocks::parse_check("x.py", "x = 1\n"),
+            Ok(ParseCheck::Parses(_))
+        ) {
+            let broken = "```python\ndef late(tasks, today):\n    return [t for t in tasks if (\n```";
             let err = use_answer(broken, &offered(), &[]).unwrap_err();
             assert!(err[0].contains("does not parse"), "{err:?}");
         }

@@ -189,9 +189,17 @@ pub(crate) async fn generate_code_changes(
         let excerpts = prompts::excerpts_outside(&files, &s.retrieved_chunks, 1500);
         let shown = super::by_blocks::shown_files(&files, &s.retrieved_chunks);
         let task = prompts::change_blocks(&s, &shown, &excerpts);
-        let (res, block_calls) =
-            super::by_blocks::ask_blocks(llm, &s, "generate_code_changes", task, &files, &[], &ctx)
-                .await;
+        let (res, block_calls) = super::by_blocks::ask_blocks(
+            llm,
+            &s,
+            "generate_code_changes",
+            task,
+            &files,
+            &[],
+            super::by_blocks::MAX_BLOCK_TOKENS,
+            &ctx,
+        )
+        .await;
         calls.extend(block_calls);
         match res {
             Ok(answer) => {
@@ -543,9 +551,17 @@ async fn tests_by_blocks(
     } else {
         Vec::new()
     };
-    let (res, calls) =
-        super::by_blocks::ask_blocks(llm, s, "generate_tests", task, &offered, &new_paths, ctx)
-            .await;
+    let (res, calls) = super::by_blocks::ask_blocks(
+        llm,
+        s,
+        "generate_tests",
+        task,
+        &offered,
+        &new_paths,
+        super::by_blocks::MAX_TEST_TOKENS,
+        ctx,
+    )
+    .await;
     match res {
         Ok(answer) => match super::by_blocks::to_changes(s, &answer) {
             Ok(tests) => {

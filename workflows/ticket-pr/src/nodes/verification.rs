@@ -102,9 +102,17 @@ pub(crate) async fn correct_from_tests(
         .unwrap_or_default();
     let shown = super::by_blocks::shown_files(&offered, &s.retrieved_chunks);
     let task = prompts::test_correction(&s, &shown, &command, &problem);
-    let (res, calls) =
-        super::by_blocks::ask_blocks(llm, &s, "correct_from_tests", task, &offered, &[], &ctx)
-            .await;
+    let (res, calls) = super::by_blocks::ask_blocks(
+        llm,
+        &s,
+        "correct_from_tests",
+        task,
+        &offered,
+        &[],
+        super::by_blocks::MAX_BLOCK_TOKENS,
+        &ctx,
+    )
+    .await;
     let attempt = s.test_corrections + 1;
     let answer = match res {
         Ok(a) => a,
