@@ -197,29 +197,88 @@ pub fn system_blocks(repo_name: &str) -> String {
     )
 }
 
-/// How to write a search/replace block, with `path` (a file the model may change) in the
-/// example: a model copies the example's path.
+/// How to write the answer, after the worked example of [`block_example`]: a small model
+/// copies a format described with placeholders literally ("the existing lines, copied
+/// exactly"), so the format is shown by example and only summarised here. `path` is a file
+/// the model may change.
 pub fn block_format(path: &str) -> String {
-    let mut text = BLOCK_FORMAT.replace("path/to/file.ext", path);
+    let mut text = format!(
+        "Answer as in the example: one or two sentences first, then one SEARCH/REPLACE block per place that changes: the file's path ({path}) on its own line, `<<<<<<< SEARCH`, the file's lines copied exactly with their indentation (enough to be unique), `=======`, the new lines, `>>>>>>> REPLACE`. To add lines at the end of a file or to write a new file, leave the SEARCH part empty."
+    );
     if path.ends_with(".py") {
-        text.push_str(&format!(
-            "\nInstead of a block you may give a changed or new function whole, in a ```python code block with the file's path on the line before it:\n\n{path}\n```python\ndef the_function(...):\n    ...\n```"
-        ));
+        text.push_str(
+            " Instead of a block you may give a changed or new function whole, in a ```python code block with the file's path on the line before it.",
+        );
     }
     text
 }
 
-/// How to write a search/replace block (the example's path is replaced by [`block_format`]).
-const BLOCK_FORMAT: &str = "Write each change as a SEARCH/REPLACE block: the file's path on its own line, then the exact lines to change copied from the file, then the lines as they should be:
+/// What a worked example is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExampleKind {
+    /// A change that fixes a ticket.
+    Change,
+    /// A test of a change.
+    Test,
+}
 
-path/to/file.ext
-<<<<<<< SEARCH
-the existing lines, copied exactly (with their indentation), enough of them to be unique
-=======
-the new lines
->>>>>>> REPLACE
-
-Rules: one block per place that changes; the SEARCH part must match the file exactly; keep the surrounding code unchanged; to add code at the end of a file, leave the SEARCH part empty.";
+/// A worked example (the task, and an answer in the block format) shown before the real
+/// task as an earlier exchange, in Python or, for other files, Java.
+pub fn block_example(kind: ExampleKind, path: &str) -> (String, String) {
+    let python = path.ends_with(".py");
+    let ticket = "TICKET EX-1: average() fails on an empty list\nType: Bug\n`average([])` raises ZeroDivisionError. It should return 0.0 for an empty list.";
+    let (file, text, before, after) = if python {
+        (
+            "stats/mean.py",
+            "def average(values):\n    total = sum(values)\n    return total / len(values)",
+            "    total = sum(values)\n    return total / len(values)",
+            "    if not values:\n        return 0.0\n    total = sum(values)\n    return total / len(values)",
+        )
+    } else {
+        (
+            "stats/src/main/java/stats/Mean.java",
+            "package stats;\n\nimport java.util.List;\n\npublic final class Mean {\n    public static double average(List<Double> values) {\n        double total = values.stream().mapToDouble(Double::doubleValue).sum();\n        return total / values.size();\n    }\n}",
+            "        double total = values.stream().mapToDouble(Double::doubleValue).sum();\n        return total / values.size();",
+            "        if (values.isEmpty()) {\n            return 0.0;\n        }\n        double total = values.stream().mapToDouble(Double::doubleValue).sum();\n        return total / values.size();",
+        )
+    };
+    match kind {
+        ExampleKind::Change => (
+            format!(
+                "Fix this bug. First say in one or two sentences what the root cause is, then give the blocks.\n\n{ticket}\n\nFILES YOU MAY CHANGE:\n{file}\n```\n{text}\n```"
+            ),
+            format!(
+                "The root cause: `average` divides by the number of values, which is 0 for an empty list.\n\n{file}\n<<<<<<< SEARCH\n{before}\n=======\n{after}\n>>>>>>> REPLACE"
+            ),
+        ),
+        ExampleKind::Test => {
+            let (test_path, test) = if python {
+                (
+                    "tests/test_mean.py",
+                    "from stats.mean import average\n\n\ndef test_the_average_of_no_values_is_zero():\n    assert average([]) == 0.0\n\n\ndef test_average():\n    assert average([1, 2, 3]) == 2.0".to_string(),
+                )
+            } else {
+                (
+                    "stats/src/test/java/stats/MeanTest.java",
+                    "package stats;\n\nimport static org.junit.jupiter.api.Assertions.assertEquals;\n\nimport java.util.List;\nimport org.junit.jupiter.api.Test;\n\nclass MeanTest {\n    @Test\n    void theAverageOfNoValuesIsZero() {\n        assertEquals(0.0, Mean.average(List.of()));\n    }\n}".to_string(),
+                )
+            };
+            (
+                format!(
+                    "Write a test that fails before this change and passes after it.\n\n{ticket}\n\nTHE CHANGE:\n```diff\n--- a/{file}\n+++ b/{file}\n{}\n```\n\nWrite a new test file {test_path}.",
+                    after
+                        .lines()
+                        .map(|l| if before.contains(l) { format!(" {l}") } else { format!("+{l}") })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+                format!(
+                    "The test checks that the average of no values is 0.0.\n\n{test_path}\n<<<<<<< SEARCH\n=======\n{test}\n>>>>>>> REPLACE"
+                ),
+            )
+        }
+    }
+}
 
 fn shown_files(files: &[(String, String)]) -> String {
     files

@@ -365,22 +365,54 @@ fn use_blocks(
     })
 }
 
-/// Asks for blocks with `task`, correcting up to [`MAX_CORRECTIONS`] times. `Err` holds the
-/// last answer's problems (or the model's error).
+/// One request for blocks: what it is for, the task, the files it may change, the files it
+/// may create, how long the answer may be and which worked example goes before it.
+pub(crate) struct BlockTask<'a> {
+    /// The call's purpose (`generate_code_changes`).
+    pub purpose: &'a str,
+    /// The task's text.
+    pub task: String,
+    /// The files it may change (path, current text).
+    pub offered: &'a [(String, String)],
+    /// The files it may create.
+    pub new_paths: &'a [String],
+    /// Tokens an answer may take.
+    pub max_tokens: usize,
+    /// The worked example shown first.
+    pub example: prompts::ExampleKind,
+}
+
+/// Asks for blocks for `t`, correcting up to [`MAX_CORRECTIONS`] times. A worked example
+/// goes before the task as an earlier exchange (a small model follows an example where it
+/// copies a described format literally). `Err` holds the last answer's problems (or the
+/// model's error).
 pub(crate) async fn ask_blocks(
     llm: &AgentLlm,
     s: &TicketPrState,
-    purpose: &str,
-    task: String,
-    offered: &[(String, String)],
-    new_paths: &[String],
-    max_tokens: usize,
+    t: BlockTask<'_>,
     ctx: &NodeContext,
 ) -> (Result<BlockAnswer, Vec<String>>, Vec<LlmCall>) {
+    let BlockTask {
+        purpose,
+        task,
+        offered,
+        new_paths,
+        max_tokens,
+        example,
+    } = t;
+    let first_path = offered
+        .first()
+        .map(|(p, _)| p.as_str())
+        .or(new_paths.first().map(String::as_str))
+        .unwrap_or("");
+    let (ex_task, ex_answer) = prompts::block_example(example, first_path);
     let mut msgs = vec![
         Message::system(prompts::system_blocks(&repo_name(s))),
+        Message::human(ex_task),
+        Message::ai(ex_answer),
         Message::human(task),
     ];
+    let kept = msgs.len();
     let mut calls = Vec::new();
     let mut last = Vec::new();
     for attempt in 0..=MAX_CORRECTIONS {
@@ -422,7 +454,7 @@ pub(crate) async fn ask_blocks(
                 );
                 // Only the last answer and what was wrong with it: the context stays the
                 // task's size (within 8,192 tokens) however many corrections there are.
-                msgs.truncate(2);
+                msgs.truncate(kept);
                 msgs.push(Message::ai(answer));
                 msgs.push(Message::human(prompts::correction(&problems)));
                 last = problems;
@@ -547,7 +579,8 @@ mod tests {
             blocks::parse_check("x.py", "x = 1\n"),
             Ok(ParseCheck::Parses(_))
         ) {
-            let broken = "```python\ndef late(tasks, today):\n    return [t for t in tasks if (\n```";
+            let broken =
+                "```python\ndef late(tasks, today):\n    return [t for t in tasks if (\n```";
             let err = use_answer(broken, &offered(), &[]).unwrap_err();
             assert!(err[0].contains("does not parse"), "{err:?}");
         }

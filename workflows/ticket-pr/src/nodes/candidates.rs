@@ -21,7 +21,7 @@ const MAX_SCANNED: usize = 400;
 const MAX_SCANNED_BYTES: usize = 400_000;
 
 /// Source files the generator may rewrite, in the selected modules and not tests, best
-/// evidence first, at most `n`.
+/// evidence first, at most `n`, and none with under half the best file's points.
 pub(crate) fn candidate_sources(s: &TicketPrState, n: usize) -> Vec<String> {
     let selected = s.selected_modules();
     let in_scope = |p: &String| {
@@ -72,7 +72,15 @@ pub(crate) fn candidate_sources(s: &TicketPrState, n: usize) -> Vec<String> {
     // its points but loses ties.
     let reexport = |p: &str| p.ends_with("__init__.py");
     scores.sort_by(|a, b| b.1.cmp(&a.1).then(reexport(&a.0).cmp(&reexport(&b.0))));
-    scores.into_iter().take(n).map(|(p, _)| p).collect()
+    // Only files with at least half the best file's evidence: a small model offered a large
+    // unrelated file edits it.
+    let best = scores.first().map_or(0, |(_, sc)| *sc);
+    scores
+        .into_iter()
+        .filter(|(_, sc)| *sc * 2 >= best)
+        .take(n)
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// The code symbols a ticket names: words in backticks, words called (`parse(`), and

@@ -192,11 +192,14 @@ pub(crate) async fn generate_code_changes(
         let (res, block_calls) = super::by_blocks::ask_blocks(
             llm,
             &s,
-            "generate_code_changes",
-            task,
-            &files,
-            &[],
-            super::by_blocks::MAX_BLOCK_TOKENS,
+            super::by_blocks::BlockTask {
+                purpose: "generate_code_changes",
+                task,
+                offered: &files,
+                new_paths: &[],
+                max_tokens: super::by_blocks::MAX_BLOCK_TOKENS,
+                example: prompts::ExampleKind::Change,
+            },
             &ctx,
         )
         .await;
@@ -554,11 +557,14 @@ async fn tests_by_blocks(
     let (res, calls) = super::by_blocks::ask_blocks(
         llm,
         s,
-        "generate_tests",
-        task,
-        &offered,
-        &new_paths,
-        super::by_blocks::MAX_TEST_TOKENS,
+        super::by_blocks::BlockTask {
+            purpose: "generate_tests",
+            task,
+            offered: &offered,
+            new_paths: &new_paths,
+            max_tokens: super::by_blocks::MAX_TEST_TOKENS,
+            example: prompts::ExampleKind::Test,
+        },
         ctx,
     )
     .await;

@@ -105,11 +105,14 @@ pub(crate) async fn correct_from_tests(
     let (res, calls) = super::by_blocks::ask_blocks(
         llm,
         &s,
-        "correct_from_tests",
-        task,
-        &offered,
-        &[],
-        super::by_blocks::MAX_BLOCK_TOKENS,
+        super::by_blocks::BlockTask {
+            purpose: "correct_from_tests",
+            task,
+            offered: &offered,
+            new_paths: &[],
+            max_tokens: super::by_blocks::MAX_BLOCK_TOKENS,
+            example: prompts::ExampleKind::Change,
+        },
         &ctx,
     )
     .await;
