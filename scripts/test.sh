@@ -53,6 +53,21 @@ echo "== ticket-to-PR evaluation cases (smoke): each test fails on the buggy rel
 python3 scripts/verify_ticket_cases.py --case python-dotenv-637 --case xmltodict-361
 disk
 
+echo "== ticket-to-PR evaluation (smoke): one real bug end to end on SmolLM2 (download, git repository, the workflow to its gate, approval, the real fix's test in the sandbox)"
+# The fix rate is measured on the capable models by scripts/eval-ticket-to-pr.sh (figures in
+# the README); here the harness itself must run to the end and record the case.
+"$target_dir/debug/ferrograph" eval ticket-to-pr --case xmltodict-361 \
+    --model smollm2-135m-instruct-q4_1 --out "$target_dir/eval-ticket-smoke" --quiet
+python3 - "$target_dir/eval-ticket-smoke/results.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+[r] = doc["results"]
+assert r["case"] == "xmltodict-361", r
+assert r["gate"] or r["note"], f"no gate and no reason: {r}"
+print(f"  {r['case']} on {r['model']}: gate {r['gate']}, fixed {r['fixed']}, changed {r['changed']}, note {r['note']!r}")
+PY
+disk
+
 echo "== API fuzzing (schemathesis against /openapi.json)"
 bash scripts/fuzz-api.sh
 disk

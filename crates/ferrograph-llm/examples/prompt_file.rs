@@ -27,6 +27,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut turn = String::new();
     for line in text.lines() {
         match line.trim() {
+            // A dump's recorded answer (FERROGRAPH_TICKET_PROMPTS) is not part of the prompt.
+            "=== answer ===" => break,
             "=== assistant ===" | "=== user ===" => {
                 if !turn.trim().is_empty() {
                     messages.push(if human {

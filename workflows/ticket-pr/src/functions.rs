@@ -23,11 +23,12 @@ pub fn fences(answer: &str) -> Vec<Fence> {
     let mut i = 0;
     while i < lines.len() {
         let t = lines[i].trim_start();
-        let Some(info) = t.strip_prefix("```") else {
+        let ticks = t.chars().take_while(|c| *c == '`').count();
+        if ticks < 3 {
             i += 1;
             continue;
-        };
-        let info = info.trim();
+        }
+        let info = t[ticks..].trim();
         let (lang, info_path) = match info.split_once(char::is_whitespace) {
             Some((l, p)) => (l.to_string(), Some(p.trim().to_string())),
             None if info.contains('.') || info.contains('/') => {
@@ -35,8 +36,13 @@ pub fn fences(answer: &str) -> Vec<Fence> {
             }
             None => (info.to_string(), None),
         };
+        // The closing fence: backticks only, at least as many as the opening's (a line such
+        // as a docstring's ```pycon opens nothing and closes nothing).
         let end = (i + 1..lines.len())
-            .find(|&j| lines[j].trim_start().starts_with("```"))
+            .find(|&j| {
+                let c = lines[j].trim();
+                c.len() >= ticks && c.chars().all(|ch| ch == '`')
+            })
             .unwrap_or(lines.len());
         let before = lines[..i]
             .iter()
@@ -320,6 +326,16 @@ mod tests {
             .trim_end()
             .ends_with("assert natural(1) == \"1 Bytes\""));
         assert_eq!(a.text.matches("import os").count(), 1);
+    }
+
+    #[test]
+    fn a_fence_inside_the_code_does_not_close_it() {
+        let answer = "x.py\n````python\ndef f():\n    \"\"\"Example:\n    ```pycon\n    >>> f()\n    ```\n    \"\"\"\n    return 1\n````\n";
+        let f = fences(answer);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].text.contains(">>> f()") && f[0].text.ends_with("return 1"));
+        assert_eq!(crate::prompts::fence_for("a\n```pycon\nb\n```"), "````");
+        assert_eq!(crate::prompts::fence_for("a = 1"), "```");
     }
 
     #[test]

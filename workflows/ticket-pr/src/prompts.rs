@@ -116,8 +116,9 @@ pub fn excerpts_outside(files: &[(String, String)], chunks: &[Chunk], budget: us
         if files.iter().any(|(p, _)| *p == c.file_path) || out.len() + c.text.len() > budget {
             continue;
         }
+        let f = fence_for(&c.text);
         out.push_str(&format!(
-            "{} lines {}-{}:\n```\n{}\n```\n",
+            "{} lines {}-{}:\n{f}\n{}\n{f}\n",
             c.file_path,
             c.start_line,
             c.end_line,
@@ -280,10 +281,24 @@ pub fn block_example(kind: ExampleKind, path: &str) -> (String, String) {
     }
 }
 
+/// A code fence for `text`: three backticks, or one more than the longest run of backticks
+/// starting a line of it (a docstring's own ```pycon example would close a shorter fence).
+pub fn fence_for(text: &str) -> String {
+    let longest = text
+        .lines()
+        .map(|l| l.trim_start().chars().take_while(|c| *c == '`').count())
+        .max()
+        .unwrap_or(0);
+    "`".repeat(longest.max(2) + 1)
+}
+
 fn shown_files(files: &[(String, String)]) -> String {
     files
         .iter()
-        .map(|(p, t)| format!("{p}\n```\n{}\n```\n", t.trim_end()))
+        .map(|(p, t)| {
+            let f = fence_for(t);
+            format!("{p}\n{f}\n{}\n{f}\n", t.trim_end())
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

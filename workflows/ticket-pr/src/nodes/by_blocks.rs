@@ -430,6 +430,13 @@ pub(crate) async fn ask_blocks(
                     // A block quotes the lines it changes: repeats are the format.
                     o.no_repeat_ngram = None;
                     o.max_context = o.max_context.max(8192);
+                    // A greedy model asked again gives the same answer: a correction is
+                    // sampled (low temperature, a fixed seed per attempt, so runs repeat).
+                    if attempt > 0 && o.temperature == 0.0 {
+                        o.temperature = 0.5;
+                        o.top_p = Some(0.9);
+                        o.seed = Some(attempt as u64);
+                    }
                 },
                 TokenSink::from_context(ctx),
             )
@@ -439,6 +446,7 @@ pub(crate) async fn ask_blocks(
             Ok(a) => a,
             Err(e) => return (Err(vec![format!("the model failed: {e}")]), calls),
         };
+        dump_exchange(&name, &msgs, &answer);
         match use_answer(&answer, offered, new_paths) {
             Ok(mut done) => {
                 done.corrections = attempt as u32;
@@ -462,6 +470,42 @@ pub(crate) async fn ask_blocks(
         }
     }
     (Err(last), calls)
+}
+
+/// With `FERROGRAPH_TICKET_PROMPTS=DIR`, writes each block request and its answer to
+/// `DIR/<purpose>.txt` (turns separated by `=== user ===` and `=== assistant ===` lines, the
+/// format of `ferrograph-llm`'s `prompt_file` example, which replays them).
+fn dump_exchange(name: &str, msgs: &[Message], answer: &str) {
+    let Some(dir) = std::env::var_os("FERROGRAPH_TICKET_PROMPTS") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let mut text = String::new();
+    for m in msgs {
+        match m.role {
+            ferrograph::core::Role::System => continue,
+            ferrograph::core::Role::Ai => text.push_str("=== assistant ===\n"),
+            _ => text.push_str("=== user ===\n"),
+        }
+        text.push_str(&m.content);
+        text.push('\n');
+    }
+    text.push_str("=== answer ===\n");
+    text.push_str(answer);
+    let file: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let path = dir.join(format!("{file}.txt"));
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text)) {
+        tracing::warn!(path = %path.display(), error = %e, "writing the prompt dump failed");
+    }
 }
 
 /// A description of a change: the explanation's first sentence, else what changed.
