@@ -68,7 +68,7 @@ def fetch(url: str, sha256: str, cache: Path) -> Path:
     name = posixpath.basename(url.split("?", 1)[0])
     if not name or name in (".", ".."):
         raise CaseError(f"bad archive URL {url!r}")
-    dest = cache / name  # same layout as scripts/eval_ticket_to_pr.py
+    dest = cache / name
     if dest.exists() and sha256_of(dest) == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -273,9 +273,15 @@ pub fn block_example(kind: ExampleKind, path: &str) -> (String, String) {
                         .collect::<Vec<_>>()
                         .join("\n")
                 ),
-                format!(
-                    "The test checks that the average of no values is 0.0.\n\n{test_path}\n<<<<<<< SEARCH\n=======\n{test}\n>>>>>>> REPLACE"
-                ),
+                if python {
+                    format!(
+                        "The test checks that the average of no values is 0.0.\n\n{test_path}\n```python\n{test}\n```"
+                    )
+                } else {
+                    format!(
+                        "The test checks that the average of no values is 0.0.\n\n{test_path}\n<<<<<<< SEARCH\n=======\n{test}\n>>>>>>> REPLACE"
+                    )
+                },
             )
         }
     }
@@ -337,39 +343,53 @@ pub fn change_blocks(s: &TicketPrState, files: &[(String, String)], excerpts: &s
 /// test file to extend (or the path of a new one).
 pub fn test_blocks(s: &TicketPrState, diff: &str, test_file: &(String, Option<String>)) -> String {
     let (path, text) = test_file;
-    let target = match text {
-        Some(t) => format!(
-            "Add the test to the existing test file {path}, in its framework and style (keep its tests):\n{}",
-            shown_files(&[(path.clone(), t.clone())])
-        ),
-        None => format!(
-            "Write a new test file {path} (leave the SEARCH part empty): import what the test uses from the package, and write test functions that a test runner finds (in Python: module-level `def test_...():` functions with plain `assert`)."
-        ),
-    };
-    let python = if path.ends_with(".py") {
-        let modules: Vec<String> = s
-            .proposed_changes
-            .iter()
-            .filter_map(|c| python_module(&c.file_path))
-            .map(|m| format!("`{m}`"))
-            .collect();
-        let import = if modules.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " Import what you test from {} (the changed code).",
-                modules.join(", ")
-            )
+    let head = format!(
+        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n",
+        ticket_lines(s),
+        diff.trim_end()
+    );
+    if !path.ends_with(".py") {
+        let target = match text {
+            Some(t) => format!(
+                "Add the test to the existing test file {path}, in its framework and style (keep its tests):\n{}",
+                shown_files(&[(path.clone(), t.clone())])
+            ),
+            None => format!(
+                "Write a new test file {path} (leave the SEARCH part empty): import what the test uses, and write tests that the project's test runner finds."
+            ),
         };
-        format!("\nKeep it short: one or two test functions (`def test_...():` at module level, no arguments, no class), each with at most three `assert` lines, using the ticket's own examples.{import}")
-    } else {
+        return format!("{head}{target}\n{}", block_format(path));
+    }
+    // Python: the test as code in a fence (what a small model writes reliably), added at the
+    // end of an existing file or written as a new one.
+    let modules: Vec<String> = s
+        .proposed_changes
+        .iter()
+        .filter_map(|c| python_module(&c.file_path))
+        .map(|m| format!("`{m}`"))
+        .collect();
+    let import = if modules.is_empty() {
         String::new()
+    } else {
+        format!(
+            " Import what you test from {} (the changed code).",
+            modules.join(", ")
+        )
+    };
+    let (what, existing) = match text {
+        Some(t) => (
+            format!("Add tests to the existing test file {path}"),
+            format!("\n{}", shown_files(&[(path.clone(), t.clone())])),
+        ),
+        None => (format!("Write the new test file {path}"), String::new()),
     };
     format!(
-        "Write a test that fails before this change and passes after it: it must exercise what the ticket describes.\n\n{}\n\nTHE CHANGE:\n```diff\n{}\n```\n\n{target}{python}\n{}",
-        ticket_lines(s),
-        diff.trim_end(),
-        block_format(path)
+        "{head}{what}: one or two test functions (`def test_...():` at module level, no arguments, no class), each with at most three `assert` lines, using the ticket's own examples.{import}{existing}\nAnswer with one sentence on what the test checks, then the path {path} on its own line and the test code in a ```python code block{}.",
+        if text.is_some() {
+            " (its functions are added at the end of the file)"
+        } else {
+            ""
+        }
     )
 }
 

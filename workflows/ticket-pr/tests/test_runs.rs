@@ -147,10 +147,10 @@ fn model(script: Script) -> ScriptedModel {
                 };
                 // The test file the prompt names: the existing one (appended at its end)
                 // or a new one.
-                let path = ["existing test file ", "Write a new test file "]
+                let path = ["existing test file ", "new test file "]
                     .iter()
                     .find_map(|m| prompt.split(m).nth(1))
-                    .and_then(|r| r.split([',', ' ', '\n']).next())
+                    .and_then(|r| r.split([',', ' ', '\n', ':']).next())
                     .unwrap()
                     .to_string();
                 let text = format!("{path}\n<<<<<<< SEARCH\n=======\n{test}>>>>>>> REPLACE\n");

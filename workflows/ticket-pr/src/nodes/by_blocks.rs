@@ -217,6 +217,10 @@ fn use_functions(
             ));
             continue;
         };
+        // A new file is its first fence (a second one is a small model repeating itself).
+        if texts.iter().any(|(q, _)| *q == path) && !offered.iter().any(|(q, _)| *q == path) {
+            continue;
+        }
         let new_text = match current_of(&path, &texts) {
             Some(text) => match functions::apply_fence(&text, &f.text) {
                 Ok(a) => a.text,
