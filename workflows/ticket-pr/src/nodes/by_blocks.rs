@@ -291,7 +291,24 @@ fn use_blocks(
     // Current text per file (None: a new file not written yet).
     let mut texts: Vec<(String, Option<String>)> = Vec::new();
     for b in &parsed {
-        let Some(path) = blocks::resolve_path(&b.path, &all_paths) else {
+        // A path that is not offered (a small model copies the worked example's) whose
+        // SEARCH lines match exactly one offered file: that file. Only offered files can be
+        // chosen this way, so the fence holds.
+        let by_content = || {
+            if b.search.trim().is_empty() {
+                return None;
+            }
+            let hits: Vec<&String> = offered
+                .iter()
+                .filter(|(_, t)| blocks::apply_block(t, b).is_ok())
+                .map(|(p, _)| p)
+                .collect();
+            match hits.as_slice() {
+                [one] => Some((*one).clone()),
+                _ => None,
+            }
+        };
+        let Some(path) = blocks::resolve_path(&b.path, &all_paths).or_else(by_content) else {
             problems.push(format!(
                 "`{}` is not a file you may change (you may change: {})",
                 b.path,
@@ -594,6 +611,13 @@ mod tests {
     fn problems_are_listed_for_the_model_to_correct() {
         let no_blocks = use_answer("I would add a check.", &offered(), &[]).unwrap_err();
         assert!(no_blocks[0].contains("no SEARCH/REPLACE block"));
+        // A wrong path whose SEARCH lines are in one offered file is that file; other
+        // paths are refused.
+        let misnamed = "stats/mean.py\n<<<<<<< SEARCH\n    return [t for t in tasks if t.due < today]\n=======\n    return []\n>>>>>>> REPLACE";
+        assert_eq!(
+            use_answer(misnamed, &offered(), &[]).unwrap().files[0].0,
+            "pkg/tasks.py"
+        );
         let elsewhere = "/etc/passwd\n<<<<<<< SEARCH\nroot\n=======\nx\n>>>>>>> REPLACE";
         let err = use_answer(elsewhere, &offered(), &[]).unwrap_err();
         assert!(err[0].contains("not a file you may change"), "{err:?}");
