@@ -76,7 +76,9 @@ pub fn write_ticket(dir: &Path, case: &EvalCase) -> Result<(), TicketPrError> {
     std::fs::write(&path, t.to_string()).map_err(|e| TicketPrError::io(&path, e))
 }
 
-/// Makes `dir` a git repository on `main` with every file in one commit.
+/// Makes `dir` a git repository on `main` with every file in one commit, those its own
+/// `.gitignore` names included (an sdist ships generated files such as `_version.py` that
+/// its repository ignores; without them the package does not import).
 pub fn commit_all(dir: &Path, message: &str) -> Result<String, TicketPrError> {
     let mut opts = RepositoryInitOptions::new();
     opts.initial_head("main");
@@ -84,7 +86,7 @@ pub fn commit_all(dir: &Path, message: &str) -> Result<String, TicketPrError> {
         .map_err(TicketPrError::git(format!("creating {}", dir.display())))?;
     let mut index = repo.index().map_err(TicketPrError::git("the index"))?;
     index
-        .add_all(["*"], IndexAddOption::DEFAULT, None)
+        .add_all(["*"], IndexAddOption::FORCE, None)
         .and_then(|()| index.write())
         .map_err(TicketPrError::git("staging every file"))?;
     let tree_id = index.write_tree().map_err(TicketPrError::git("the tree"))?;
@@ -392,6 +394,32 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), cases.len(), "ids are unique");
+    }
+
+    #[test]
+    fn a_case_repository_keeps_the_files_its_gitignore_names() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src/pkg")).unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "src/pkg/_version.py\n").unwrap();
+        std::fs::write(
+            dir.path().join("src/pkg/_version.py"),
+            "__version__ = '1'\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("src/pkg/__init__.py"),
+            "from ._version import __version__\n",
+        )
+        .unwrap();
+        let commit = commit_all(dir.path(), "pkg 1").unwrap();
+        let repo = repo::open(dir.path()).unwrap();
+        let tree = repo::text_tree(&repo, &commit, 1 << 20, 1 << 20).unwrap();
+        assert!(
+            tree.contains_key("src/pkg/_version.py"),
+            "{:?}",
+            tree.keys()
+        );
+        repo::check_clean(&repo).unwrap();
     }
 
     #[test]

@@ -376,8 +376,8 @@ mod tests {
         let limits = ferrograph_sandbox::Limits::default();
         let r = run(
             &base_tree(&repo, &base).unwrap(),
-            &[fix.clone()],
-            &[test.clone()],
+            std::slice::from_ref(&fix),
+            std::slice::from_ref(&test),
             &run_dir,
             &limits,
         )
@@ -403,7 +403,7 @@ mod tests {
         );
         let r = run(
             &base_tree(&repo, &base).unwrap(),
-            &[fix.clone()],
+            std::slice::from_ref(&fix),
             &[weak],
             &run_dir,
             &limits,
@@ -419,7 +419,7 @@ mod tests {
         let broken = change("tests/test_late.py", "from pkg.lateness import late\n");
         let r = run(
             &base_tree(&repo, &base).unwrap(),
-            &[fix.clone()],
+            std::slice::from_ref(&fix),
             &[broken],
             &run_dir,
             &limits,
