@@ -295,7 +295,8 @@ fn use_blocks(
         // SEARCH lines match exactly one offered file: that file. Only offered files can be
         // chosen this way, so the fence holds.
         let by_content = || {
-            if b.search.trim().is_empty() {
+            // A hostile path (`..`, absolute, `.git`) is refused, never redirected.
+            if b.search.trim().is_empty() || crate::repo::normalize(&b.path).is_err() {
                 return None;
             }
             let hits: Vec<&String> = offered
