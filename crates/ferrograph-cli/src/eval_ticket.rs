@@ -138,13 +138,7 @@ pub async fn run(opts: &TicketEvalOptions, default_model: &str) -> Result<Vec<Su
                 } else {
                     r.changed.join(", ")
                 },
-                if !r.own_tests_ran {
-                    "not run"
-                } else if r.own_tests_show_fix {
-                    "show the fix"
-                } else {
-                    "do not show it"
-                },
+                r.own_tests_label(),
                 r.note
             );
             results.push(r);

@@ -190,6 +190,17 @@ impl CaseResult {
         self.fell_back_to_lines = s.messages.iter().any(|m| m.contains("line edits instead"));
     }
 
+    /// The workflow's own tests in a word: `not run`, `show the fix`, `do not show it`.
+    pub fn own_tests_label(&self) -> &'static str {
+        if !self.own_tests_ran {
+            "not run"
+        } else if self.own_tests_show_fix {
+            "show the fix"
+        } else {
+            "do not show it"
+        }
+    }
+
     /// What the approved branch says.
     pub fn record_branch(
         &mut self,
@@ -347,13 +358,7 @@ pub fn markdown(summaries: &[Summary], results: &[CaseResult]) -> String {
             r.changed.join(", "),
             yes(r.fixed_file_touched),
             r.files_parse.map_or("-", yes),
-            if !r.own_tests_ran {
-                "not run"
-            } else if r.own_tests_show_fix {
-                "show the fix"
-            } else {
-                "do not show it"
-            },
+            r.own_tests_label(),
             r.test_corrections,
             r.block_corrections,
             r.seconds_to_gate,

@@ -236,6 +236,29 @@ fn use_functions(
             None => texts.push((path, new_text)),
         }
     }
+    let (files, checks) = changed_and_checked(texts, offered, &mut problems);
+    if files.is_empty() && problems.is_empty() {
+        problems.push("the code blocks change nothing".into());
+    }
+    if !problems.is_empty() {
+        return Some(Err(problems));
+    }
+    Some(Ok(BlockAnswer {
+        files,
+        explanation: explanation_of(answer),
+        corrections: 0,
+        checks,
+        form: "whole functions",
+    }))
+}
+
+/// The files of `texts` that differ from `offered`, each parse-checked: the files, how each
+/// was checked, and (into `problems`) those that do not parse.
+fn changed_and_checked(
+    texts: impl IntoIterator<Item = (String, String)>,
+    offered: &[(String, String)],
+    problems: &mut Vec<String>,
+) -> (Vec<(String, String)>, Vec<String>) {
     let mut files = Vec::new();
     let mut checks = Vec::new();
     for (path, text) in texts {
@@ -251,19 +274,7 @@ fn use_functions(
         }
         files.push((path, text));
     }
-    if files.is_empty() && problems.is_empty() {
-        problems.push("the code blocks change nothing".into());
-    }
-    if !problems.is_empty() {
-        return Some(Err(problems));
-    }
-    Some(Ok(BlockAnswer {
-        files,
-        explanation: explanation_of(answer),
-        corrections: 0,
-        checks,
-        form: "whole functions",
-    }))
+    (files, checks)
 }
 
 /// Applies `answer`'s search/replace blocks (see [`use_answer`]).
@@ -353,23 +364,10 @@ fn use_blocks(
             Err(e) => problems.push(e),
         }
     }
-    let mut files = Vec::new();
-    let mut checks = Vec::new();
-    for (path, text) in texts {
-        let Some(text) = text else { continue };
-        let old = offered.iter().find(|(p, _)| *p == path).map(|(_, t)| t);
-        if old == Some(&text) {
-            continue;
-        }
-        match blocks::parse_check(&path, &text) {
-            Ok(ParseCheck::Parses(how)) => checks.push(format!("{path}: parses ({how})")),
-            Ok(ParseCheck::NotChecked(why)) => {
-                checks.push(format!("{path}: not parse-checked ({why})"))
-            }
-            Err(e) => problems.push(format!("after your change {path} does not parse:\n{e}")),
-        }
-        files.push((path, text));
-    }
+    let written = texts
+        .into_iter()
+        .filter_map(|(path, text)| text.map(|t| (path, t)));
+    let (files, checks) = changed_and_checked(written, offered, &mut problems);
     if files.is_empty() && problems.is_empty() {
         problems.push(
             "the blocks change nothing: the REPLACE part must differ from the SEARCH part".into(),
