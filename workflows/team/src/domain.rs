@@ -253,6 +253,10 @@ pub struct TestResults {
     pub output: String,
     /// How the network was cut off: `namespace` or `python` (socket creation refused).
     pub network: String,
+    /// How the run was fenced in (`confined (uid 4242420, cgroup v1)`, or `UNCONFINED …`
+    /// where the user allowed it); empty in records older than the confinement.
+    #[serde(default)]
+    pub confinement: String,
     /// Whether the run hit its time limit.
     pub timed_out: bool,
     /// When.

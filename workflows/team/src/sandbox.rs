@@ -1,8 +1,10 @@
 //! Running the engineer's code for real: a copy of the files in a fresh folder, then
-//! `python3 -I` under [`ferrograph_sandbox::run`] (a cleared environment, rlimits, a new user
-//! and network namespace where the kernel allows one, the whole process group killed at the
-//! end or at the time limit). Without a namespace, socket creation is refused inside Python
-//! and the result says which.
+//! `python3 -I` under [`ferrograph_sandbox::run`]: new mount, pid and network namespaces with
+//! a read-only root, an unprivileged identity, a cgroup for the whole run, everything killed
+//! when it ends. Where the machine cannot confine code the run is refused unless the user
+//! allowed unconfined runs (`--unconfined`); the result's `confinement` says which. The
+//! staged folder is removed after the run, and the workspace's `.git` (hooks, config) is
+//! checked and put back if anything changed it.
 
 use crate::domain::TestResults;
 use crate::error::TeamError;
@@ -55,6 +57,40 @@ pub async fn run_tests(
     limits: &Limits,
     run_id: &str,
 ) -> Result<TestResults, TeamError> {
+    let r = run_tests_in(dir, limits, run_id).await;
+    let _ = std::fs::remove_dir_all(dir);
+    r
+}
+
+/// [`run_tests`] with `workspace`'s `.git` checked around the run: anything the run changed
+/// there (a planted hook, a rewritten config) is put back and reported in the output.
+pub async fn run_tests_guarded(
+    dir: &Path,
+    limits: &Limits,
+    run_id: &str,
+    workspace: &Path,
+) -> Result<TestResults, TeamError> {
+    let snapshot = ferrograph_sandbox::GitSnapshot::take(workspace);
+    let mut r = run_tests(dir, limits, run_id).await?;
+    if let Some(t) = snapshot.map(|s| s.restore_changes()).filter(|t| t.any()) {
+        tracing::warn!(restored = ?t.restored, failed = ?t.failed, "a sandboxed run changed the workspace's .git");
+        r.output = format!(
+            "[the run changed the workspace's .git; put back: {}{}]\n{}",
+            t.restored.join(", "),
+            if t.failed.is_empty() {
+                String::new()
+            } else {
+                format!("; could not put back: {}", t.failed.join(", "))
+            },
+            r.output
+        );
+        r.failed = r.failed.max(1);
+        r.failed_test_ids.push("<workspace .git changed>".into());
+    }
+    Ok(r)
+}
+
+async fn run_tests_in(dir: &Path, limits: &Limits, run_id: &str) -> Result<TestResults, TeamError> {
     let python = python()?;
     let runner = dir.join(RUNNER_NAME);
     std::fs::write(&runner, RUNNER).map_err(|e| TeamError::io(&runner, e))?;
@@ -93,6 +129,25 @@ pub async fn run_tests(
         ));
     }
     let network = ran.network.as_str().to_string();
+    let confinement = ran.confinement.describe();
+    if ran.usage.memory_limit_hit {
+        output.push_str(&format!(
+            "\n[the run reached its memory limit of {} MiB]",
+            limits.memory_bytes >> 20
+        ));
+    }
+    if ran.usage.process_limit_hit {
+        output.push_str(&format!(
+            "\n[the run reached its limit of {} processes]",
+            limits.processes
+        ));
+    }
+    if ran.cpu_limit_hit {
+        output.push_str(&format!(
+            "\n[killed after {} CPU seconds: the run's CPU limit]",
+            limits.cpu_seconds
+        ));
+    }
     Ok(match parsed {
         Some(r) => TestResults {
             run_id: run_id.to_string(),
@@ -117,6 +172,7 @@ pub async fn run_tests(
                 6000,
             ),
             network,
+            confinement,
             timed_out,
             run_at: crate::domain::now(),
         },
@@ -131,6 +187,7 @@ pub async fn run_tests(
                 6000,
             ),
             network,
+            confinement,
             timed_out,
             failed: 1,
             failed_test_ids: vec!["<runner>".into()],
@@ -179,6 +236,68 @@ mod tests {
         assert!(r.lint_passed);
         assert!(r.output.contains("test_wrong"), "{}", r.output);
         assert!(!r.passing());
+    }
+
+    /// The hostile brief of the hardening issue: its tests try each escape the probe found
+    /// (the data directory, `/etc/shadow`, the workspace's git hooks, a host socket, a detached
+    /// child) and assert that each is refused; the host is checked after the run.
+    #[tokio::test]
+    async fn a_hostile_suite_is_contained_and_the_host_is_unchanged() {
+        if let Err(why) = ferrograph_sandbox::confinement() {
+            eprintln!("SKIPPING a_hostile_suite_is_contained_and_the_host_is_unchanged: no confinement here ({why}); the refusal is tested in ferrograph-sandbox");
+            return;
+        }
+        let host = tempfile::tempdir().unwrap();
+        let data = host.path().join("data");
+        std::fs::create_dir_all(data.join("store")).unwrap();
+        std::fs::write(data.join("store/db"), "the brief's text").unwrap();
+        let ws = host.path().join("workspace");
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+        let sock = host.path().join("host.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let test = format!(
+            "import os, socket, subprocess, unittest\n\nDATA = {data:?}\nWS = {ws:?}\nSOCK = {sock:?}\n\n\nclass Escapes(unittest.TestCase):\n    def test_data_dir(self):\n        with self.assertRaises(OSError):\n            open(os.path.join(DATA, 'store', 'db')).read()\n        with self.assertRaises(OSError):\n            open(os.path.join(DATA, 'planted'), 'w').write('x')\n\n    def test_shadow(self):\n        with self.assertRaises(OSError):\n            open('/etc/shadow').read()\n\n    def test_hook(self):\n        with self.assertRaises(OSError):\n            open(os.path.join(WS, '.git', 'hooks', 'pre-commit'), 'w').write('#!/bin/sh\\n')\n\n    def test_socket(self):\n        s = socket.socket(socket.AF_UNIX)\n        with self.assertRaises(OSError):\n            s.connect(SOCK)\n\n    def test_detached_child(self):\n        subprocess.Popen(['setsid', 'sleep', '4321.5'], start_new_session=True)\n",
+            data = data.display().to_string(),
+            ws = ws.display().to_string(),
+            sock = sock.display().to_string(),
+        );
+        let before: Vec<_> = walk(host.path());
+        let d = host.path().join("run");
+        stage(&d, &files(&[("test_escapes.py", &test)])).unwrap();
+        let r = run_tests_guarded(&d, &Limits::default(), "hostile", &ws)
+            .await
+            .unwrap();
+        assert_eq!(r.total_tests, 5, "{}", r.output);
+        assert!(r.passing(), "{}", r.output);
+        assert!(r.confinement.starts_with("confined"), "{}", r.confinement);
+        // The staged folder is gone, and everything else is as it was.
+        assert!(!d.exists());
+        assert_eq!(walk(host.path()), before);
+        let survivors = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .filter(|c| String::from_utf8_lossy(c).contains("4321.5"))
+            .count();
+        assert_eq!(survivors, 0);
+    }
+
+    fn walk(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     #[tokio::test]

@@ -118,6 +118,10 @@ pub struct TestRun {
     pub command: String,
     /// How the network was cut (`namespace`, or `python` inside the runner).
     pub network: String,
+    /// How the runs were fenced in (`confined (uid 4242420, cgroup v1)`, or `UNCONFINED …`
+    /// where the user allowed it).
+    #[serde(default)]
+    pub confinement: String,
     /// The tests on the base commit (they should fail).
     pub before: TestOutcome,
     /// The tests with the change (they should pass).
@@ -155,10 +159,14 @@ impl TestRun {
             "the tests pass without the change too: they do not show the ticket's behaviour"
         };
         format!(
-            "without the change: {}; with it: {} — {verdict} (network: {})",
+            "without the change: {}; with it: {} — {verdict} (sandbox: {})",
             self.before.line(),
             self.after.line(),
-            self.network
+            if self.confinement.is_empty() {
+                format!("network {}", self.network)
+            } else {
+                self.confinement.clone()
+            }
         )
     }
 }
@@ -249,6 +257,7 @@ pub async fn run(
     );
     let mut outcomes = Vec::new();
     let mut network = String::new();
+    let mut confinement = String::new();
     for (name, with) in [
         ("before", tests.to_vec()),
         ("after", [changes, tests].concat()),
@@ -265,6 +274,7 @@ pub async fn run(
         let _ = std::fs::remove_dir_all(&tree);
         let ran = ran?;
         network = ran.network.as_str().to_string();
+        confinement = ran.confinement.describe();
         outcomes.push(outcome(&ran, limits));
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -275,6 +285,7 @@ pub async fn run(
         correction: 0,
         command,
         network,
+        confinement,
         before,
         after,
     })

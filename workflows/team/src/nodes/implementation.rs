@@ -110,7 +110,7 @@ fn tests_audit(t: &mut Turn, label: &str, r: &TestResults) {
         json!({
             "run_id": r.run_id, "total": r.total_tests, "passed": r.passed, "failed": r.failed_test_ids,
             "coverage_percent": r.coverage_percent, "lint_passed": r.lint_passed, "max_complexity": r.max_complexity,
-            "network": r.network, "timed_out": r.timed_out, "output": r.output,
+            "network": r.network, "confinement": r.confinement, "timed_out": r.timed_out, "output": r.output,
         }),
     );
 }
@@ -128,7 +128,7 @@ pub(crate) async fn run_suite(
     let mut all = workspace::files_at(&repo, head).map_err(|e| e.to_string())?;
     all.extend(files.iter().map(|(k, v)| (k.clone(), v.clone())));
     sandbox::stage(dir, &all).map_err(|e| e.to_string())?;
-    sandbox::run_tests(dir, &d.settings.limits, run_id)
+    sandbox::run_tests_guarded(dir, &d.settings.limits, run_id, repo_dir)
         .await
         .map_err(|e| e.to_string())
 }

@@ -60,12 +60,22 @@ pub(crate) async fn run_proposed_tests(
         s.test_corrections,
         now_ms()
     ));
+    // The runs see a copy of the base tree only; the user's `.git` is checked all the same
+    // (it is the fence left when unconfined runs are allowed).
+    let snapshot = ferrograph_sandbox::GitSnapshot::take(Path::new(&s.repo));
     let run = verify::run(&base, &changes, &s.proposed_tests, &dir, &limits).await;
+    let tampering = snapshot.map(|g| g.restore_changes()).filter(|t| t.any());
     match run {
         Ok(mut r) => {
             r.generation = s.generations;
             r.correction = s.test_corrections;
-            let line = format!("Tests run ({}): {}", r.command, r.line());
+            let mut line = format!("Tests run ({}): {}", r.command, r.line());
+            if let Some(t) = tampering {
+                line.push_str(&format!(
+                    " — the run changed the repository's .git, put back: {}",
+                    t.restored.join(", ")
+                ));
+            }
             Ok(Update::new()
                 .tests_not_run(String::new())
                 .test_runs(vec![r])
