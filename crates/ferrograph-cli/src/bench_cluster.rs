@@ -245,11 +245,9 @@ pub(crate) async fn bench_cluster(
     if std::env::var(COOKIE_VAR).map_or(true, |v| v.is_empty()) {
         // A fresh secret for this run's processes (the workers inherit the environment).
         let secret = format!(
-            "{:x}{:x}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
         );
         std::env::set_var(COOKIE_VAR, secret);
     }

@@ -68,7 +68,7 @@ impl Node {
     fn start_on(root: &Path, name: &str, port: u16, args: &[&str]) -> Node {
         let addr = format!("127.0.0.1:{port}");
         let data = root.join(format!("data-{name}"));
-        let mut child = ferro(&data, "test-secret")
+        let mut child = ferro(&data, "test-secret-4c9e2a71b8d3")
             .args([
                 "node",
                 "--name",
@@ -109,7 +109,7 @@ impl Node {
 }
 
 fn status(root: &Path, join: &str) -> Value {
-    let out = ferro(&root.join("data-status"), "test-secret")
+    let out = ferro(&root.join("data-status"), "test-secret-4c9e2a71b8d3")
         .args(["cluster", "status", "--json", "--join", join])
         .args(["--cookie-env", COOKIE])
         .output()
@@ -176,7 +176,7 @@ fn words(n: usize) -> String {
 /// Starts `ferrograph run chatbot` on the cluster (tasks of the chatbot node placed on
 /// `worker` nodes when `place`), returning the child.
 fn chatbot_run(root: &Path, join: &str, thread: &str, message: &str, place: bool) -> Child {
-    let mut c = ferro(&root.join("coordinator"), "test-secret");
+    let mut c = ferro(&root.join("coordinator"), "test-secret-4c9e2a71b8d3");
     c.env("FERROGRAPH_CLUSTER_JOIN", join);
     if place {
         c.env("FERROGRAPH_PLACE", "chatbot/chatbot=worker");
@@ -197,7 +197,7 @@ fn chatbot_run(root: &Path, join: &str, thread: &str, message: &str, place: bool
 }
 
 fn thread_messages(root: &Path, thread: &str) -> Vec<Value> {
-    let out = ferro(&root.join("coordinator"), "test-secret")
+    let out = ferro(&root.join("coordinator"), "test-secret-4c9e2a71b8d3")
         .args(["threads", "show", thread])
         .output()
         .unwrap();
@@ -207,7 +207,7 @@ fn thread_messages(root: &Path, thread: &str) -> Vec<Value> {
 }
 
 fn history_writers(root: &Path, thread: &str) -> String {
-    let out = ferro(&root.join("coordinator"), "test-secret")
+    let out = ferro(&root.join("coordinator"), "test-secret-4c9e2a71b8d3")
         .args(["threads", "history", thread])
         .output()
         .unwrap();
@@ -231,13 +231,13 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
         COOKIE,
     ];
     refused(
-        ferro(&root.join("x"), "not-the-secret").args(join),
+        ferro(&root.join("x"), "not-the-secret-7d1f0b3a9e").args(join),
         "cookies differ",
     );
 
     // An empty cookie never starts.
     let node = |name: &'static str, listen: String| {
-        let mut c = ferro(&root.join("x"), "test-secret");
+        let mut c = ferro(&root.join("x"), "test-secret-4c9e2a71b8d3");
         c.args([
             "node",
             "--name",
@@ -251,6 +251,9 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     };
     let mut empty = node("e", "127.0.0.1:0".into());
     refused(empty.env(COOKIE, ""), "cookie is empty");
+    // A weak one neither, and the message says how to make a good one.
+    let mut weak = node("w", "127.0.0.1:0".into());
+    refused(weak.env(COOKIE, "a"), "/dev/urandom");
 
     // Off loopback without TLS is refused, listening or joining.
     refused(
@@ -266,7 +269,7 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
         COOKIE,
     ];
     refused(
-        ferro(&root.join("x"), "test-secret").args(far),
+        ferro(&root.join("x"), "test-secret-4c9e2a71b8d3").args(far),
         "only over TLS",
     );
 
@@ -308,7 +311,7 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
     let c = Node::start(root, "c", &c_refs);
     // With TLS a node joins each node itself (joining a node's peers for it would open
     // connections whose certificates name nobody).
-    let out = ferro(&root.join("x"), "test-secret")
+    let out = ferro(&root.join("x"), "test-secret-4c9e2a71b8d3")
         .args([
             "cluster", "status", "--json", "--join", &b.addr, "--join", &c.addr,
         ])
@@ -328,13 +331,13 @@ fn the_cookie_tls_and_version_rules_refuse_clearly() {
         COOKIE,
     ];
     refused(
-        ferro(&root.join("x"), "test-secret")
+        ferro(&root.join("x"), "test-secret-4c9e2a71b8d3")
             .args(join_b)
             .args(tls("rogue")),
         &format!("could not join {}", b.addr),
     );
     refused(
-        ferro(&root.join("x"), "test-secret").args(join_b),
+        ferro(&root.join("x"), "test-secret-4c9e2a71b8d3").args(join_b),
         &format!("could not join {}", b.addr),
     );
     drop(c);
@@ -461,7 +464,7 @@ fn a_frozen_worker_is_noticed_within_the_failure_timeout() {
         &["--labels", "worker", "--serve-tasks", "--join", &m.addr],
     );
     let question = words(40);
-    let mut c = ferro(&root.join("coordinator"), "test-secret");
+    let mut c = ferro(&root.join("coordinator"), "test-secret-4c9e2a71b8d3");
     let child = c
         .env("FERROGRAPH_CLUSTER_JOIN", &m.addr)
         .env("FERROGRAPH_PLACE", "chatbot/chatbot=worker")
@@ -571,7 +574,7 @@ fn a_fan_out_of_100_tasks_spreads_over_two_workers_with_the_same_result() {
     let outcome = |cluster: Option<&str>| -> Value {
         let mut c = ferro(
             &root.join(format!("run-{}", cluster.is_some())),
-            "test-secret",
+            "test-secret-4c9e2a71b8d3",
         );
         if let Some(join) = cluster {
             c.env("FERROGRAPH_CLUSTER_JOIN", join)

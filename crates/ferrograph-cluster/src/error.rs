@@ -23,6 +23,17 @@ pub enum ClusterError {
         /// The variable that should hold it.
         var: String,
     },
+    /// The cookie is too short or too simple to be a secret.
+    #[error(
+        "the cluster cookie in {var} is too weak ({why}): make one with \
+         `head -c 32 /dev/urandom | base64` and give every node the same value"
+    )]
+    WeakCookie {
+        /// The variable it came from.
+        var: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The TLS files could not be used.
     #[error("TLS configuration: {0}")]
     Tls(String),

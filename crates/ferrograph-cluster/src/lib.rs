@@ -15,6 +15,7 @@
 //!   that carries the protocol version, so two builds refuse each other clearly.
 
 pub mod error;
+pub mod guard;
 mod jobs;
 pub mod model;
 pub mod node;
@@ -23,6 +24,7 @@ pub mod tls;
 pub mod wire;
 
 pub use error::ClusterError;
+pub use guard::Limits;
 pub use model::{ClusterChatModel, GenerateRequest, MODELS_GROUP};
 pub use node::{ClusterNode, NodeConfig, NODES_GROUP};
 pub use tasks::{ClusterTaskPlacer, TASKS_GROUP};

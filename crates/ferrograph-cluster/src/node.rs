@@ -9,6 +9,7 @@
 //! that joined gets [`ClusterError::VersionMismatch`].
 
 use crate::error::ClusterError;
+use crate::guard::{self, Connections, FrontDoor, Limits};
 use crate::tls::{check_address, Tls, TlsFiles};
 use crate::wire::{self, NodeInfo, Reply, Request, WireMsg};
 use parking_lot::Mutex;
@@ -46,6 +47,9 @@ pub struct NodeConfig {
     pub protocol: u32,
     /// How long an unanswered call to another node may take before that node counts as lost.
     pub failure_timeout: Duration,
+    /// The caps on every connection: frame sizes, the authentication deadline, and how many
+    /// connections may wait to authenticate.
+    pub limits: Limits,
 }
 
 impl NodeConfig {
@@ -61,6 +65,7 @@ impl NodeConfig {
             tls: None,
             protocol: wire::PROTOCOL_VERSION,
             failure_timeout: Duration::from_secs(5),
+            limits: Limits::default(),
         }
     }
 }
@@ -160,6 +165,16 @@ impl OpenSession {
     }
 }
 
+/// Where a peer's front door listens, from its session's connection string
+/// (`<listen address>:0`: the announced host is the address, and the port ractor_cluster
+/// appends is its own listener's, 0).
+fn announced_listen(connection_string: &str) -> String {
+    connection_string
+        .strip_suffix(":0")
+        .unwrap_or(connection_string)
+        .to_string()
+}
+
 /// `server`'s open sessions; none (logged) when it does not answer within 2 s.
 async fn open_sessions(server: &ActorRef<NodeServerMessage>) -> Vec<OpenSession> {
     match ractor::call_t!(server, NodeServerMessage::GetSessions, 2_000) {
@@ -167,7 +182,7 @@ async fn open_sessions(server: &ActorRef<NodeServerMessage>) -> Vec<OpenSession>
             .into_values()
             .map(|s| OpenSession {
                 node_id: s.node_id,
-                listens: s.peer_name.map(|p| p.connection_string),
+                listens: s.peer_name.map(|p| announced_listen(&p.connection_string)),
                 peer_addr: s.peer_addr,
             })
             .collect(),
@@ -250,25 +265,30 @@ pub(crate) enum SessionEvent {
     },
 }
 
-struct Events(broadcast::Sender<SessionEvent>);
+struct Events {
+    events: broadcast::Sender<SessionEvent>,
+    connections: Connections,
+}
 
 impl NodeEventSubscription for Events {
     fn node_session_opened(&self, _ses: NodeServerSessionInformation) {}
 
     fn node_session_disconnected(&self, ses: NodeServerSessionInformation) {
-        let _ = self.0.send(SessionEvent::Closed {
+        self.connections.closed(&ses.peer_addr);
+        let _ = self.events.send(SessionEvent::Closed {
             peer_addr: ses.peer_addr,
         });
     }
 
     fn node_session_authenicated(&self, ses: NodeServerSessionInformation) {
-        let _ = self.0.send(SessionEvent::Authenticated {
+        self.connections.authenticated(&ses.peer_addr);
+        let _ = self.events.send(SessionEvent::Authenticated {
             peer_addr: ses.peer_addr,
         });
     }
 
     fn node_session_ready(&self, ses: NodeServerSessionInformation) {
-        let _ = self.0.send(SessionEvent::Ready {
+        let _ = self.events.send(SessionEvent::Ready {
             node_id: ses.node_id,
             peer_addr: ses.peer_addr,
             incoming: ses.is_server,
@@ -283,6 +303,8 @@ pub struct ClusterNode {
     agent: ActorRef<WireMsg>,
     tls: Option<Tls>,
     events: broadcast::Sender<SessionEvent>,
+    connections: Connections,
+    limits: Limits,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -304,21 +326,26 @@ impl ClusterNode {
                 var: config.cookie_var.clone(),
             });
         }
+        if let Some(why) = guard::cookie_weakness(&config.cookie) {
+            return Err(ClusterError::WeakCookie {
+                var: config.cookie_var.clone(),
+                why,
+            });
+        }
         let tls = config.tls.as_ref().map(Tls::load).transpose()?;
         check_address("listening on", &config.listen, tls.is_some())?;
-        // The listener's port: a chosen one, or a free one found now (ractor_cluster's own
-        // port-0 handling does not tell us the port it got).
-        let port = match config.listen.port() {
-            0 => std::net::TcpListener::bind(config.listen)
-                .and_then(|l| l.local_addr())
-                .map_err(|e| ClusterError::Start {
-                    addr: config.listen,
-                    message: e.to_string(),
-                })?
-                .port(),
-            p => p,
-        };
-        let listen = SocketAddr::new(config.listen.ip(), port);
+        // The node's address is ours (the front door, see `guard`); ractor_cluster's own
+        // listener gets a loopback port the kernel picks and nobody is told.
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| ClusterError::Start {
+                addr: config.listen,
+                message: e.to_string(),
+            })?;
+        let listen = listener.local_addr().map_err(|e| ClusterError::Start {
+            addr: config.listen,
+            message: e.to_string(),
+        })?;
         let encryption = match &tls {
             Some(t) => IncomingEncryptionMode::Tls(t.acceptor.clone()),
             None => IncomingEncryptionMode::Raw,
@@ -327,15 +354,17 @@ impl ClusterNode {
         // peers of the joined node itself (without TLS), so that the mesh is complete when
         // it returns (see `join_peers_of`).
         let mode = ractor_cluster::node::NodeConnectionMode::Isolated;
+        // The announced "hostname" is the front door's address: peers read it back from the
+        // session's connection string (`announced_listen`).
         let server = NodeServer::new(
-            port,
+            0,
             config.cookie.clone(),
             config.name.clone(),
-            listen.ip().to_string(),
+            listen.to_string(),
             Some(encryption),
             Some(mode),
         )
-        .with_listen_addr(listen.ip());
+        .with_listen_addr(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         let (server, _) =
             Actor::spawn(None, server, ())
                 .await
@@ -343,11 +372,15 @@ impl ClusterNode {
                     addr: listen,
                     message: e.to_string(),
                 })?;
+        let connections = Connections::default();
         let (events, _) = broadcast::channel(256);
         server
             .cast(NodeServerMessage::SubscribeToEvents {
                 id: "ferrograph".into(),
-                subscription: Box::new(Events(events.clone())),
+                subscription: Box::new(Events {
+                    events: events.clone(),
+                    connections: connections.clone(),
+                }),
             })
             .map_err(|e| ClusterError::Actor(e.to_string()))?;
         let shared = Arc::new(NodeShared {
@@ -364,13 +397,22 @@ impl ClusterNode {
         let (agent, _) = Actor::spawn(None, NodeAgent, shared.clone())
             .await
             .map_err(|e| ClusterError::Actor(e.to_string()))?;
+        let door = FrontDoor {
+            listener,
+            acceptor: tls.as_ref().map(|t| t.acceptor.clone()),
+            server: server.clone(),
+            connections: connections.clone(),
+            limits: config.limits,
+        };
         let node = ClusterNode {
             shared,
             server,
             agent,
             tls,
             events,
-            tasks: Mutex::new(Vec::new()),
+            connections,
+            limits: config.limits,
+            tasks: Mutex::new(vec![tokio::spawn(door.serve())]),
         };
         node.watch_sessions();
         tracing::info!(node = %config.name, %listen, "cluster node started");
@@ -509,31 +551,43 @@ impl ClusterNode {
             return Ok((info, node_id));
         }
         let mut rx = self.events.subscribe();
-        match &self.tls {
+        let tcp = tokio::net::TcpStream::connect(target).await.map_err(|io| {
+            join_err(format!(
+                "nothing answers there ({io}): start a node there (`ferrograph node --listen {target}`) or check the address"
+            ))
+        })?;
+        let _ = tcp.set_nodelay(true);
+        let label = target.to_string();
+        let opened = match &self.tls {
             Some(tls) => {
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
-                ractor_cluster::client_connect_enc(
+                let stream = tls
+                    .connector
+                    .connect(tls.name_for(host)?, tcp)
+                    .await
+                    .map_err(|io| join_err(format!("the TLS handshake failed: {io}")))?;
+                guard::open_session(
                     &self.server,
-                    target,
-                    tls.connector.clone(),
-                    tls.name_for(host)?,
+                    &self.connections,
+                    stream,
+                    label,
+                    self.limits,
+                    None,
+                    false,
                 )
-                .await
             }
-            None => ractor_cluster::client_connect(&self.server, target).await,
-        }
-        .map_err(|e| {
-            join_err(match e {
-                ractor_cluster::ClientConnectErr::Socket(io) => format!(
-                    "nothing answers there ({io}): start a node there (`ferrograph node --listen {target}`) or check the address"
-                ),
-                ractor_cluster::ClientConnectErr::Encryption(io) => {
-                    format!("the TLS handshake failed: {io}")
-                }
-                other => other.to_string(),
-            })
-        })?;
+            None => guard::open_session(
+                &self.server,
+                &self.connections,
+                tcp,
+                label,
+                self.limits,
+                None,
+                false,
+            ),
+        };
+        opened.map_err(|e| join_err(format!("opening the session: {e}")))?;
         let wanted = target.to_string();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut authenticated = false;
