@@ -166,13 +166,25 @@ impl OpenSession {
 }
 
 /// Where a peer's front door listens, from its session's connection string
-/// (`<listen address>:0`: the announced host is the address, and the port ractor_cluster
-/// appends is its own listener's, 0).
+/// (`<listen address>:<port>`: the announced host is the front door's address, and the port
+/// ractor_cluster appends is its own loopback listener's, which nobody should dial).
 fn announced_listen(connection_string: &str) -> String {
-    connection_string
-        .strip_suffix(":0")
-        .unwrap_or(connection_string)
-        .to_string()
+    match connection_string.rsplit_once(':') {
+        Some((front, _)) if front.parse::<SocketAddr>().is_ok() => front.to_string(),
+        _ => connection_string.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::announced_listen;
+
+    #[test]
+    fn the_front_doors_address_is_read_back_from_the_connection_string() {
+        assert_eq!(announced_listen("127.0.0.1:7501:37891"), "127.0.0.1:7501");
+        assert_eq!(announced_listen("[::1]:7501:0"), "[::1]:7501");
+        assert_eq!(announced_listen("127.0.0.1:7501"), "127.0.0.1:7501");
+    }
 }
 
 /// `server`'s open sessions; none (logged) when it does not answer within 2 s.
