@@ -266,55 +266,72 @@ impl ClusterBidiStream for GuardedStream {
     }
 }
 
-/// Wraps `stream` in the guard and hands it to `server` as a session labelled `label`
-/// (`is_server`: the peer opened it).
-pub(crate) fn open_session<S>(
-    server: &ActorRef<NodeServerMessage>,
-    connections: &Connections,
-    stream: S,
-    label: String,
-    limits: Limits,
-    permit: Option<OwnedSemaphorePermit>,
-    is_server: bool,
-) -> Result<(), String>
-where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let state = Arc::new(ConnState {
-        authenticated: AtomicBool::new(false),
-        permit: Mutex::new(permit),
-    });
-    connections.insert(label.clone(), state.clone());
-    let (read, write) = tokio::io::split(stream);
-    let stream = GuardedStream {
-        reader: Box::new(FrameGuard::new(read, limits, state, label.clone())),
-        writer: Box::new(write),
-        label: label.clone(),
-    };
-    server
-        .cast(NodeServerMessage::ConnectionOpenedExternal {
-            stream: Box::new(stream),
-            is_server,
-        })
-        .map_err(|e| {
-            connections.closed(&label);
-            e.to_string()
-        })
+/// Where guarded connections go: the node server, the connections it knows, and the caps.
+#[derive(Clone)]
+pub(crate) struct Sessions {
+    pub(crate) server: ActorRef<NodeServerMessage>,
+    pub(crate) connections: Connections,
+    pub(crate) limits: Limits,
+}
+
+impl Sessions {
+    /// Wraps `stream` in the guard and hands it to the node server as a session labelled
+    /// `label` (`is_server`: the peer opened it; `permit`: its unauthenticated slot).
+    pub(crate) fn open<S>(
+        &self,
+        stream: S,
+        label: String,
+        permit: Option<OwnedSemaphorePermit>,
+        is_server: bool,
+    ) -> Result<(), String>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let state = Arc::new(ConnState {
+            authenticated: AtomicBool::new(false),
+            permit: Mutex::new(permit),
+        });
+        self.connections.insert(label.clone(), state.clone());
+        let (read, write) = tokio::io::split(stream);
+        let stream = GuardedStream {
+            reader: Box::new(FrameGuard::new(read, self.limits, state, label.clone())),
+            writer: Box::new(write),
+            label: label.clone(),
+        };
+        self.server
+            .cast(NodeServerMessage::ConnectionOpenedExternal {
+                stream: Box::new(stream),
+                is_server,
+            })
+            .map_err(|e| {
+                self.connections.closed(&label);
+                e.to_string()
+            })
+    }
+
+    /// [`Sessions::open`] for an accepted connection, logging a failure.
+    fn accept<S>(&self, stream: S, peer: std::net::SocketAddr, permit: OwnedSemaphorePermit)
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        if let Err(e) = self.open(stream, peer.to_string(), Some(permit), true) {
+            tracing::warn!(%peer, "handing a connection to the node server: {e}");
+        }
+    }
 }
 
 /// The node's listener: accepts, applies TLS when configured, and opens guarded sessions.
 pub(crate) struct FrontDoor {
     pub(crate) listener: TcpListener,
     pub(crate) acceptor: Option<tokio_rustls::TlsAcceptor>,
-    pub(crate) server: ActorRef<NodeServerMessage>,
-    pub(crate) connections: Connections,
-    pub(crate) limits: Limits,
+    pub(crate) sessions: Sessions,
 }
 
 impl FrontDoor {
     /// Accepts connections until the task is aborted.
     pub(crate) async fn serve(self) {
-        let slots = Arc::new(Semaphore::new(self.limits.unauthenticated_connections));
+        let limits = self.sessions.limits;
+        let slots = Arc::new(Semaphore::new(limits.unauthenticated_connections));
         loop {
             let (tcp, peer) = match self.listener.accept().await {
                 Ok(c) => c,
@@ -327,50 +344,23 @@ impl FrontDoor {
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 tracing::warn!(
                     %peer,
-                    limit = self.limits.unauthenticated_connections,
+                    limit = limits.unauthenticated_connections,
                     "refusing a cluster connection: too many connections have not authenticated"
                 );
                 drop(tcp);
                 continue;
             };
             let _ = tcp.set_nodelay(true);
-            let label = peer.to_string();
-            let server = self.server.clone();
-            let connections = self.connections.clone();
-            let limits = self.limits;
             match &self.acceptor {
-                None => {
-                    if let Err(e) = open_session(
-                        &server,
-                        &connections,
-                        tcp,
-                        label,
-                        limits,
-                        Some(permit),
-                        true,
-                    ) {
-                        tracing::warn!(%peer, "handing a connection to the node server: {e}");
-                    }
-                }
+                None => self.sessions.accept(tcp, peer, permit),
                 Some(acceptor) => {
                     let acceptor = acceptor.clone();
+                    let sessions = self.sessions.clone();
                     // The handshake counts against the deadline and holds a slot.
                     tokio::spawn(async move {
                         match tokio::time::timeout(limits.auth_deadline, acceptor.accept(tcp)).await
                         {
-                            Ok(Ok(tls)) => {
-                                if let Err(e) = open_session(
-                                    &server,
-                                    &connections,
-                                    tls,
-                                    label,
-                                    limits,
-                                    Some(permit),
-                                    true,
-                                ) {
-                                    tracing::warn!(%peer, "handing a connection to the node server: {e}");
-                                }
-                            }
+                            Ok(Ok(tls)) => sessions.accept(tls, peer, permit),
                             Ok(Err(e)) => tracing::warn!(%peer, "TLS handshake refused: {e}"),
                             Err(_) => tracing::warn!(%peer, "TLS handshake did not finish in time"),
                         }

@@ -9,7 +9,7 @@
 //! that joined gets [`ClusterError::VersionMismatch`].
 
 use crate::error::ClusterError;
-use crate::guard::{self, Connections, FrontDoor, Limits};
+use crate::guard::{self, Connections, FrontDoor, Limits, Sessions};
 use crate::tls::{check_address, Tls, TlsFiles};
 use crate::wire::{self, NodeInfo, Reply, Request, WireMsg};
 use parking_lot::Mutex;
@@ -175,18 +175,6 @@ fn announced_listen(connection_string: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::announced_listen;
-
-    #[test]
-    fn the_front_doors_address_is_read_back_from_the_connection_string() {
-        assert_eq!(announced_listen("127.0.0.1:7501:37891"), "127.0.0.1:7501");
-        assert_eq!(announced_listen("[::1]:7501:0"), "[::1]:7501");
-        assert_eq!(announced_listen("127.0.0.1:7501"), "127.0.0.1:7501");
-    }
-}
-
 /// `server`'s open sessions; none (logged) when it does not answer within 2 s.
 async fn open_sessions(server: &ActorRef<NodeServerMessage>) -> Vec<OpenSession> {
     match ractor::call_t!(server, NodeServerMessage::GetSessions, 2_000) {
@@ -315,8 +303,7 @@ pub struct ClusterNode {
     agent: ActorRef<WireMsg>,
     tls: Option<Tls>,
     events: broadcast::Sender<SessionEvent>,
-    connections: Connections,
-    limits: Limits,
+    sessions: Sessions,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -409,12 +396,15 @@ impl ClusterNode {
         let (agent, _) = Actor::spawn(None, NodeAgent, shared.clone())
             .await
             .map_err(|e| ClusterError::Actor(e.to_string()))?;
+        let sessions = Sessions {
+            server: server.clone(),
+            connections,
+            limits: config.limits,
+        };
         let door = FrontDoor {
             listener,
             acceptor: tls.as_ref().map(|t| t.acceptor.clone()),
-            server: server.clone(),
-            connections: connections.clone(),
-            limits: config.limits,
+            sessions: sessions.clone(),
         };
         let node = ClusterNode {
             shared,
@@ -422,8 +412,7 @@ impl ClusterNode {
             agent,
             tls,
             events,
-            connections,
-            limits: config.limits,
+            sessions,
             tasks: Mutex::new(vec![tokio::spawn(door.serve())]),
         };
         node.watch_sessions();
@@ -569,7 +558,7 @@ impl ClusterNode {
             ))
         })?;
         let _ = tcp.set_nodelay(true);
-        let label = target.to_string();
+        let wanted = target.to_string();
         let opened = match &self.tls {
             Some(tls) => {
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
@@ -579,28 +568,11 @@ impl ClusterNode {
                     .connect(tls.name_for(host)?, tcp)
                     .await
                     .map_err(|io| join_err(format!("the TLS handshake failed: {io}")))?;
-                guard::open_session(
-                    &self.server,
-                    &self.connections,
-                    stream,
-                    label,
-                    self.limits,
-                    None,
-                    false,
-                )
+                self.sessions.open(stream, wanted.clone(), None, false)
             }
-            None => guard::open_session(
-                &self.server,
-                &self.connections,
-                tcp,
-                label,
-                self.limits,
-                None,
-                false,
-            ),
+            None => self.sessions.open(tcp, wanted.clone(), None, false),
         };
         opened.map_err(|e| join_err(format!("opening the session: {e}")))?;
-        let wanted = target.to_string();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut authenticated = false;
         let node_id = loop {
@@ -780,4 +752,16 @@ fn disconnect(server: &ActorRef<NodeServerMessage>, node_id: u64) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::announced_listen;
+
+    #[test]
+    fn the_front_doors_address_is_read_back_from_the_connection_string() {
+        assert_eq!(announced_listen("127.0.0.1:7501:37891"), "127.0.0.1:7501");
+        assert_eq!(announced_listen("[::1]:7501:0"), "[::1]:7501");
+        assert_eq!(announced_listen("127.0.0.1:7501"), "127.0.0.1:7501");
+    }
 }

@@ -4,7 +4,7 @@
 //! cgroup v2 is used where the process's own group can delegate `memory` and `pids` to a child;
 //! else the v1 `memory`, `pids` and `cpuacct` hierarchies where they are writable. Where
 //! neither is, there is no group and the per-process `prlimit` limits are all there is
-//! ([`crate::Output::cgroup`] says which).
+//! ([`crate::Output::confinement`] says which).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,10 +48,6 @@ pub(crate) struct RunGroup {
     version: CgroupVersion,
     /// v2: one folder. v1: memory, pids, cpuacct (those that exist).
     dirs: Vec<PathBuf>,
-}
-
-fn write(path: &Path, value: &str) -> std::io::Result<()> {
-    std::fs::write(path, value)
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -104,7 +100,7 @@ impl RunGroup {
         }
         let sub = std::fs::read_to_string(base.join("cgroup.subtree_control"))?;
         if !sub.contains("memory") || !sub.contains("pids") {
-            write(&base.join("cgroup.subtree_control"), "+memory +pids")?;
+            std::fs::write(base.join("cgroup.subtree_control"), "+memory +pids")?;
         }
         let dir = base.join(name);
         std::fs::create_dir(&dir)?;
@@ -113,10 +109,10 @@ impl RunGroup {
             dirs: vec![dir.clone()],
         };
         let set = || -> std::io::Result<()> {
-            write(&dir.join("memory.max"), &memory.to_string())?;
+            std::fs::write(dir.join("memory.max"), memory.to_string())?;
             // Swap would let the run go past its memory limit slowly instead of failing.
-            let _ = write(&dir.join("memory.swap.max"), "0");
-            write(&dir.join("pids.max"), &processes.to_string())
+            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+            std::fs::write(dir.join("pids.max"), processes.to_string())
         };
         if let Err(e) = set() {
             g.remove();
@@ -150,16 +146,13 @@ impl RunGroup {
         }
         let set = |g: &RunGroup| -> std::io::Result<()> {
             let mem = &g.dirs[0];
-            write(&mem.join("memory.limit_in_bytes"), &memory.to_string())?;
+            std::fs::write(mem.join("memory.limit_in_bytes"), memory.to_string())?;
             // With swap accounting, the same cap on memory and swap together.
             if mem.join("memory.memsw.limit_in_bytes").exists() {
-                let _ = write(
-                    &mem.join("memory.memsw.limit_in_bytes"),
-                    &memory.to_string(),
-                );
+                let _ = std::fs::write(mem.join("memory.memsw.limit_in_bytes"), memory.to_string());
             }
-            let _ = write(&mem.join("memory.swappiness"), "0");
-            write(&g.dirs[1].join("pids.max"), &processes.to_string())
+            let _ = std::fs::write(mem.join("memory.swappiness"), "0");
+            std::fs::write(g.dirs[1].join("pids.max"), processes.to_string())
         };
         if let Err(e) = set(&g) {
             g.remove();
@@ -227,7 +220,7 @@ impl RunGroup {
     pub(crate) fn kill_all(&self) {
         if self.version == CgroupVersion::V2 {
             let kill = self.dirs[0].join("cgroup.kill");
-            if kill.exists() && write(&kill, "1").is_ok() {
+            if kill.exists() && std::fs::write(&kill, "1").is_ok() {
                 return;
             }
         }

@@ -159,13 +159,7 @@ pub(crate) fn command_line(plan: &Plan<'_>, inner: &[String]) -> Vec<String> {
 
 /// A fresh, empty folder for a run's new root (removed by the caller).
 pub(crate) fn new_root_dir() -> std::io::Result<PathBuf> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "ferrograph-sandbox-root-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let dir = std::env::temp_dir().join(crate::unique_name("ferrograph-sandbox-root"));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }

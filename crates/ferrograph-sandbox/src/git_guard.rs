@@ -29,6 +29,15 @@ impl GitTampering {
     pub fn any(&self) -> bool {
         !self.restored.is_empty() || !self.failed.is_empty()
     }
+
+    /// `put back: a, b` and, where some could not be, `; could not put back: c (why)`.
+    pub fn describe(&self) -> String {
+        let mut line = format!("put back: {}", self.restored.join(", "));
+        if !self.failed.is_empty() {
+            line.push_str(&format!("; could not put back: {}", self.failed.join(", ")));
+        }
+        line
+    }
 }
 
 fn watched(git_dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {

@@ -32,6 +32,8 @@
 mod cgroup;
 mod confine;
 mod git_guard;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use cgroup::{CgroupVersion, Usage};
 pub use confine::DEFAULT_SANDBOX_UID;
@@ -205,6 +207,33 @@ pub fn confinement() -> Result<(), String> {
     confine::mode().map(|_| ())
 }
 
+impl Output {
+    /// A line for each whole-run limit the run reached (memory, processes, CPU), for its
+    /// record; empty when it reached none.
+    pub fn limits_reached(&self, limits: &Limits) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.usage.memory_limit_hit {
+            out.push(format!(
+                "the run reached its memory limit of {} MiB",
+                limits.memory_bytes >> 20
+            ));
+        }
+        if self.usage.process_limit_hit {
+            out.push(format!(
+                "the run reached its limit of {} processes",
+                limits.processes
+            ));
+        }
+        if self.cpu_limit_hit {
+            out.push(format!(
+                "killed after {} CPU seconds: the run's CPU limit",
+                limits.cpu_seconds
+            ));
+        }
+        out
+    }
+}
+
 /// How the network was cut for a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -291,13 +320,17 @@ fn works(cmd: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Whether an unprivileged user and network namespace can be made (the unconfined runs'
+/// network fence); probed once per process.
+fn user_net_namespace() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| works("unshare", &["--user", "--net", "--map-root-user", "true"]))
+}
+
 /// Whether runs here get a network namespace (confined, or unconfined where an unprivileged
 /// user and network namespace can still be made).
 pub fn network_namespaces() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        confinement().is_ok() || works("unshare", &["--user", "--net", "--map-root-user", "true"])
-    })
+    confinement().is_ok() || user_net_namespace()
 }
 
 fn prlimit_available() -> bool {
@@ -407,12 +440,12 @@ fn prlimit_wrapper(limits: &Limits, nproc: Option<u64>) -> Vec<String> {
     v
 }
 
-/// A unique name for a run's cgroup.
-fn group_name() -> String {
+/// A name no other run of any ferrograph process on this machine has: `prefix-pid-n`.
+pub(crate) fn unique_name(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     format!(
-        "run-{}-{}",
+        "{prefix}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
@@ -453,7 +486,8 @@ async fn run_with(
         }
         Err(why) => return Err(SandboxError::Unconfined { why }),
     };
-    let group = confine_group(limits);
+    let group =
+        cgroup::RunGroup::create(&unique_name("run"), limits.memory_bytes, limits.processes);
     let new_root =
         confine::new_root_dir().map_err(|e| SandboxError::io(&std::env::temp_dir(), e))?;
     let mut read_only = limits.read_only.clone();
@@ -500,10 +534,6 @@ async fn run_with(
     Ok(out)
 }
 
-fn confine_group(limits: &Limits) -> Option<cgroup::RunGroup> {
-    cgroup::RunGroup::create(&group_name(), limits.memory_bytes, limits.processes)
-}
-
 /// The old fences only (see [`Limits::allow_unconfined`]).
 async fn run_unconfined(
     dir: &Path,
@@ -513,7 +543,7 @@ async fn run_unconfined(
     why: String,
 ) -> Result<Output, SandboxError> {
     let mut full: Vec<String> = Vec::new();
-    let netns = works("unshare", &["--user", "--net", "--map-root-user", "true"]);
+    let netns = user_net_namespace();
     if netns {
         full.extend(["unshare", "--user", "--net", "--map-root-user", "--"].map(String::from));
     }

@@ -6,20 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use ferrograph_sandbox::{confinement, run, stage, Limits, Output, SandboxError};
+use ferrograph_sandbox::testing::{confined_or_skip, host_processes_with, tree};
+use ferrograph_sandbox::{run, stage, Limits, Output, SandboxError};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn confined_or_skip(test: &str) -> bool {
-    match confinement() {
-        Ok(()) => true,
-        Err(why) => {
-            eprintln!("SKIPPING {test}: this machine cannot confine code ({why}); the refusal path is tested instead");
-            false
-        }
-    }
-}
 
 fn python() -> String {
     ferrograph_sandbox::python().unwrap().display().to_string()
@@ -48,23 +38,25 @@ async fn run_py(
     (dir, out)
 }
 
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().display().to_string(),
-                    std::fs::read(&p).unwrap_or_default(),
-                );
-            }
-        }
+/// The Python helper each escape script starts with: `attempt(label, f)` prints
+/// `label DONE` or `label refused ErrorName`.
+const ATTEMPT: &str = r##"
+def attempt(label, f):
+    try:
+        f()
+        print(label, "DONE")
+    except Exception as e:
+        print(label, "refused", type(e).__name__)
+"##;
+
+/// Asserts that the script printed `label verdict` for every label.
+fn assert_each(text: &str, labels: &[&str], verdict: &str) {
+    for label in labels {
+        assert!(
+            text.contains(&format!("{label} {verdict}")),
+            "{label}: {text}"
+        );
     }
-    out
 }
 
 #[tokio::test]
@@ -84,12 +76,6 @@ async fn files_outside_the_run_folder_do_not_exist_for_it() {
     let script = r##"
 import os, sys
 store, repo = os.environ["STORE"], os.environ["REPO"]
-def attempt(label, f):
-    try:
-        f()
-        print(label, "DONE")
-    except Exception as e:
-        print(label, "refused", type(e).__name__)
 attempt("read-shadow", lambda: open("/etc/shadow").read())
 attempt("read-store", lambda: open(os.path.join(store, "db")).read())
 attempt("write-store", lambda: open(os.path.join(store, "planted"), "w").write("x"))
@@ -107,30 +93,28 @@ print("procs", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
         ("STORE", store.display().to_string()),
         ("REPO", repo.display().to_string()),
     ];
-    let (run_dir, out) = run_py(script, &[], &env, &Limits::default()).await;
+    let (run_dir, out) = run_py(&format!("{ATTEMPT}{script}"), &[], &env, &Limits::default()).await;
     let text = out.stdout.clone();
     assert!(out.success(), "{out:?}");
     assert!(out.confinement.is_confined());
-    for refused in [
-        "read-shadow",
-        "read-store",
-        "write-store",
-        "plant-hook",
-        "write-usr",
-        "write-root",
-        "write-etc",
-    ] {
-        assert!(
-            text.contains(&format!("{refused} refused")),
-            "{refused}: {text}"
-        );
-    }
-    for allowed in ["write-own", "write-own-git-hook", "write-tmp"] {
-        assert!(
-            text.contains(&format!("{allowed} DONE")),
-            "{allowed}: {text}"
-        );
-    }
+    assert_each(
+        &text,
+        &[
+            "read-shadow",
+            "read-store",
+            "write-store",
+            "plant-hook",
+            "write-usr",
+            "write-root",
+            "write-etc",
+        ],
+        "refused",
+    );
+    assert_each(
+        &text,
+        &["write-own", "write-own-git-hook", "write-tmp"],
+        "DONE",
+    );
     // The identity owns nothing on the host: never root (as root, the sandbox's own uid).
     let is_root = std::fs::read_to_string("/proc/self/status")
         .unwrap()
@@ -168,12 +152,6 @@ async fn host_sockets_and_processes_are_out_of_reach() {
     let port = tcp.local_addr().unwrap().port();
     let script = r##"
 import os, socket, signal
-def attempt(label, f):
-    try:
-        f()
-        print(label, "DONE")
-    except Exception as e:
-        print(label, "refused", type(e).__name__)
 def unix(addr):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2)
@@ -191,39 +169,19 @@ attempt("parent-environ", lambda: open("/proc/%s/environ" % os.environ["PARENT"]
         ("PORT", port.to_string()),
         ("PARENT", std::process::id().to_string()),
     ];
-    let (_d, out) = run_py(script, &[], &env, &Limits::default()).await;
-    for label in [
-        "unix-path",
-        "unix-abstract",
-        "tcp-loopback",
-        "tcp-out",
-        "signal-parent",
-        "parent-environ",
-    ] {
-        assert!(
-            out.stdout.contains(&format!("{label} refused")),
-            "{label}: {}",
-            out.stdout
-        );
-    }
-}
-
-/// Host processes whose command line holds `marker`.
-fn host_processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if !name.chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) {
-                found.push(format!("{name}: {cmd}"));
-            }
-        }
-    }
-    found
+    let (_d, out) = run_py(&format!("{ATTEMPT}{script}"), &[], &env, &Limits::default()).await;
+    assert_each(
+        &out.stdout,
+        &[
+            "unix-path",
+            "unix-abstract",
+            "tcp-loopback",
+            "tcp-out",
+            "signal-parent",
+            "parent-environ",
+        ],
+        "refused",
+    );
 }
 
 #[tokio::test]

@@ -75,13 +75,8 @@ pub async fn run_tests_guarded(
     if let Some(t) = snapshot.map(|s| s.restore_changes()).filter(|t| t.any()) {
         tracing::warn!(restored = ?t.restored, failed = ?t.failed, "a sandboxed run changed the workspace's .git");
         r.output = format!(
-            "[the run changed the workspace's .git; put back: {}{}]\n{}",
-            t.restored.join(", "),
-            if t.failed.is_empty() {
-                String::new()
-            } else {
-                format!("; could not put back: {}", t.failed.join(", "))
-            },
+            "[the run changed the workspace's .git; {}]\n{}",
+            t.describe(),
             r.output
         );
         r.failed = r.failed.max(1);
@@ -106,6 +101,7 @@ async fn run_tests_in(dir: &Path, limits: &Limits, run_id: &str) -> Result<TestR
         .await
         .map_err(|e| TeamError::Sandbox(e.to_string()))?;
     let timed_out = ran.timed_out;
+    let reached = ran.limits_reached(limits);
     let _ = std::fs::remove_file(&runner);
     let (stdout, stderr) = (ran.stdout, ran.stderr);
     let parsed: Option<RunnerOut> = stdout
@@ -130,23 +126,8 @@ async fn run_tests_in(dir: &Path, limits: &Limits, run_id: &str) -> Result<TestR
     }
     let network = ran.network.as_str().to_string();
     let confinement = ran.confinement.describe();
-    if ran.usage.memory_limit_hit {
-        output.push_str(&format!(
-            "\n[the run reached its memory limit of {} MiB]",
-            limits.memory_bytes >> 20
-        ));
-    }
-    if ran.usage.process_limit_hit {
-        output.push_str(&format!(
-            "\n[the run reached its limit of {} processes]",
-            limits.processes
-        ));
-    }
-    if ran.cpu_limit_hit {
-        output.push_str(&format!(
-            "\n[killed after {} CPU seconds: the run's CPU limit]",
-            limits.cpu_seconds
-        ));
+    for line in reached {
+        output.push_str(&format!("\n[{line}]"));
     }
     Ok(match parsed {
         Some(r) => TestResults {
@@ -243,8 +224,9 @@ mod tests {
     /// child) and assert that each is refused; the host is checked after the run.
     #[tokio::test]
     async fn a_hostile_suite_is_contained_and_the_host_is_unchanged() {
-        if let Err(why) = ferrograph_sandbox::confinement() {
-            eprintln!("SKIPPING a_hostile_suite_is_contained_and_the_host_is_unchanged: no confinement here ({why}); the refusal is tested in ferrograph-sandbox");
+        if !ferrograph_sandbox::testing::confined_or_skip(
+            "a_hostile_suite_is_contained_and_the_host_is_unchanged",
+        ) {
             return;
         }
         let host = tempfile::tempdir().unwrap();
@@ -262,7 +244,7 @@ mod tests {
             ws = ws.display().to_string(),
             sock = sock.display().to_string(),
         );
-        let before: Vec<_> = walk(host.path());
+        let before = ferrograph_sandbox::testing::tree(host.path());
         let d = host.path().join("run");
         stage(&d, &files(&[("test_escapes.py", &test)])).unwrap();
         let r = run_tests_guarded(&d, &Limits::default(), "hostile", &ws)
@@ -273,31 +255,9 @@ mod tests {
         assert!(r.confinement.starts_with("confined"), "{}", r.confinement);
         // The staged folder is gone, and everything else is as it was.
         assert!(!d.exists());
-        assert_eq!(walk(host.path()), before);
-        let survivors = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .filter(|c| String::from_utf8_lossy(c).contains("4321.5"))
-            .count();
-        assert_eq!(survivors, 0);
-    }
-
-    fn walk(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-        let mut out = Vec::new();
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else {
-                    out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
-                }
-            }
-        }
-        out.sort();
-        out
+        assert_eq!(ferrograph_sandbox::testing::tree(host.path()), before);
+        let survivors = ferrograph_sandbox::testing::host_processes_with("4321.5");
+        assert_eq!(survivors.len(), 0, "{survivors:?}");
     }
 
     #[tokio::test]

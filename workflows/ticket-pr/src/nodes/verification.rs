@@ -72,8 +72,8 @@ pub(crate) async fn run_proposed_tests(
             let mut line = format!("Tests run ({}): {}", r.command, r.line());
             if let Some(t) = tampering {
                 line.push_str(&format!(
-                    " — the run changed the repository's .git, put back: {}",
-                    t.restored.join(", ")
+                    " — the run changed the repository's .git, {}",
+                    t.describe()
                 ));
             }
             Ok(Update::new()
