@@ -11,7 +11,7 @@ use ferrograph::runtime::{InputPath, PathRoots};
 use ferrograph::CheckpointSaver;
 use ferrograph::{Entry, Registry};
 use ferrograph_server::access::Access;
-use ferrograph_server::{serve, serve_on, AppState, ServeOptions, ServerError};
+use ferrograph_server::{serve, serve_on, AppState, EventRetention, ServeOptions, ServerError};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
@@ -145,6 +145,15 @@ impl Server {
         max_body: Option<usize>,
         access: Option<Access>,
     ) -> Server {
+        Server::start_configured(token, max_body, access, None).await
+    }
+
+    async fn start_configured(
+        token: Option<&str>,
+        max_body: Option<usize>,
+        access: Option<Access>,
+        retention: Option<EventRetention>,
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let saver: Arc<dyn CheckpointSaver> = SledSaver::open(dir.path().join("db")).unwrap();
         let runtime = Runtime::new().await.unwrap();
@@ -218,6 +227,9 @@ impl Server {
         }
         if let Some(m) = max_body {
             state = state.with_max_body_bytes(m);
+        }
+        if let Some(r) = retention {
+            state = state.with_event_retention(r);
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1595,5 +1607,202 @@ async fn agent_server_runs_stream_cancel_queue_and_refuse() {
         http.get(&format!("/threads/{t}")).await.json()["status"],
         "idle"
     );
+    server.shutdown().await;
+}
+
+// Event memory is bounded: a run keeps at most its cap of events (the newest), all runs
+// together at most the total (the oldest finished runs give theirs up first), and a client
+// joining an old run's stream is told what was dropped before it reads what is kept.
+#[tokio::test]
+async fn run_events_are_kept_within_their_caps_and_joining_says_what_was_dropped() {
+    let retention = EventRetention {
+        per_run_bytes: 128 << 10,
+        total_bytes: 320 << 10,
+        result_grace: Duration::ZERO,
+    };
+    let server = Server::start_configured(None, None, None, Some(retention)).await;
+    let http = Http::new(&server.base, None);
+    let commits: Vec<String> = (0..300)
+        .map(|i| format!("feat: change number {i}"))
+        .collect();
+    let demo = |t: &str| {
+        let t = t.to_string();
+        let commits = commits.clone();
+        let http = &http;
+        async move {
+            let out = http
+                .post(
+                    &format!("/threads/{t}/runs/wait"),
+                    json!({"assistant_id": "demo", "input": {"commits": commits}}),
+                )
+                .await;
+            assert_eq!(out.status, StatusCode::OK, "{}", out.text());
+            assert_eq!(out.json()["classified"], 300, "{}", out.text());
+            let runs = http.get(&format!("/threads/{t}/runs")).await.json();
+            runs[0].clone()
+        }
+    };
+    let first_thread = http.post("/threads", json!({})).await.json()["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = demo(&first_thread).await;
+    let events = &run["events"];
+    let dropped = events["dropped"].as_u64().unwrap();
+    let kept = events["kept"].as_u64().unwrap();
+    assert!(
+        dropped > 0,
+        "300 tasks make more than 128 KiB of events: {run}"
+    );
+    assert!(kept > 10, "the newest events are kept: {run}");
+    assert!(events["kept_bytes"].as_u64().unwrap() <= 128 << 10, "{run}");
+
+    // Joining from the start: a `dropped` event first (no id), then what is kept, ending
+    // with the final state; the header says the same.
+    let run_id = run["run_id"].as_str().unwrap();
+    let path = format!("/threads/{first_thread}/runs/{run_id}/stream?stream_mode=values,updates");
+    let req = http
+        .request(Method::GET, &path)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = http.send(req).await;
+    assert_eq!(
+        resp.headers["x-ferrograph-events-dropped"]
+            .to_str()
+            .unwrap(),
+        dropped.to_string()
+    );
+    let joined = sse_events(&resp.text());
+    assert_eq!(joined[0].1, "dropped", "{:?}", &joined[..2]);
+    assert_eq!(joined[0].0, None);
+    assert_eq!(joined[0].2["dropped"], dropped);
+    assert_eq!(joined[0].2["kept_from_id"], dropped);
+    assert!(joined[0].2["message"]
+        .as_str()
+        .unwrap()
+        .contains("--keep-run-events-mib"));
+    assert!(joined[1..]
+        .iter()
+        .all(|e| e.0.unwrap() >= dropped && e.1 != "dropped"));
+    let last = joined.iter().rev().find(|e| e.1 == "values").unwrap();
+    assert_eq!(last.2["classified"], 300);
+    assert!(last.2["markdown"]
+        .as_str()
+        .unwrap()
+        .contains("change number 299"));
+
+    // Resuming past the dropped part gets no `dropped` event.
+    let from = joined[1].0.unwrap();
+    let req = http
+        .request(Method::GET, &path)
+        .header("last-event-id", from.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = http.send(req).await;
+    assert!(!resp.headers.contains_key("x-ferrograph-events-dropped"));
+    let resumed = sse_events(&resp.text());
+    assert!(resumed
+        .iter()
+        .all(|e| e.1 != "dropped" && e.0.unwrap() > from));
+
+    // Four more runs: all together stay within the total, the oldest run gave its events up
+    // first, and the newest keeps its own.
+    let mut threads = vec![first_thread.clone()];
+    for _ in 0..4 {
+        let t = http.post("/threads", json!({})).await.json()["thread_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        demo(&t).await;
+        threads.push(t);
+    }
+    let mut views = Vec::new();
+    for t in &threads {
+        views.push(http.get(&format!("/threads/{t}/runs")).await.json()[0].clone());
+    }
+    let held: u64 = views
+        .iter()
+        .map(|v| {
+            v["events"]["kept_bytes"].as_u64().unwrap()
+                + v["events"]["result_bytes"].as_u64().unwrap()
+        })
+        .sum();
+    assert!(held <= 320 << 10, "{held} bytes held over {views:?}");
+    let oldest = views[0]["events"]["kept"].as_u64().unwrap();
+    let newest = views[4]["events"]["kept"].as_u64().unwrap();
+    assert!(oldest < kept, "the oldest run was shed: {oldest} vs {kept}");
+    assert!(views[4]["events"]["result_kept"].as_bool().unwrap());
+    assert!(newest > 10, "the newest run keeps its events: {newest}");
+    // Joining the shed run still answers, and says everything before what is kept is gone.
+    let old_run = views[0]["run_id"].as_str().unwrap();
+    let req = http
+        .request(
+            Method::GET,
+            &format!("/threads/{first_thread}/runs/{old_run}/stream"),
+        )
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = http.send(req).await;
+    assert_eq!(resp.status, StatusCode::OK);
+    let joined = sse_events(&resp.text());
+    assert_eq!(joined[0].1, "dropped");
+    assert!(joined[0].2["dropped"].as_u64().unwrap() > dropped);
+    let r = http
+        .get(&format!("/threads/{first_thread}/runs/{old_run}/join"))
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "shedding events left the result: {}",
+        r.text()
+    );
+    server.shutdown().await;
+
+    // Caps so tight that events are not enough: the oldest finished run's result goes too,
+    // and joining it says so and where the thread's state is; the newest run's is there.
+    let tight = EventRetention {
+        per_run_bytes: 16 << 10,
+        total_bytes: 40 << 10,
+        result_grace: Duration::ZERO,
+    };
+    let server = Server::start_configured(None, None, None, Some(tight)).await;
+    let http = Http::new(&server.base, None);
+    let mut finished = Vec::new();
+    for _ in 0..2 {
+        let t = http.post("/threads", json!({})).await.json()["thread_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let out = http
+            .post(
+                &format!("/threads/{t}/runs/wait"),
+                json!({"assistant_id": "demo", "input": {"commits": commits}}),
+            )
+            .await;
+        assert_eq!(out.json()["classified"], 300, "{}", out.text());
+        let run = http.get(&format!("/threads/{t}/runs")).await.json()[0].clone();
+        finished.push((t, run["run_id"].as_str().unwrap().to_string()));
+    }
+    let (t, old_run) = &finished[0];
+    let view = http
+        .get(&format!("/threads/{t}/runs/{old_run}"))
+        .await
+        .json();
+    assert_eq!(view["events"]["result_kept"], false, "{view}");
+    assert_eq!(view["status"], "success", "the record stays: {view}");
+    let r = http.get(&format!("/threads/{t}/runs/{old_run}/join")).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::GONE, "run_result_dropped".into())
+    );
+    assert!(
+        r.text().contains(&format!("/threads/{t}/state")),
+        "{}",
+        r.text()
+    );
+    let (t, new_run) = &finished[1];
+    let r = http.get(&format!("/threads/{t}/runs/{new_run}/join")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["classified"], 300);
     server.shutdown().await;
 }

@@ -197,6 +197,15 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 512,
               value_parser = clap::value_parser!(u32).range(1..=65_536))]
         max_connections: u32,
+        /// MiB of events one Agent Server API run keeps for clients that join its stream
+        /// later (its oldest events are dropped beyond it, and the stream says so).
+        #[arg(long, value_name = "MIB", default_value_t = 16,
+              value_parser = clap::value_parser!(u32).range(1..=65_536))]
+        keep_run_events_mib: u32,
+        /// MiB of run events kept over all runs (the oldest finished runs' events go first).
+        #[arg(long, value_name = "MIB", default_value_t = 256,
+              value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+        keep_events_mib: u32,
         /// Back the store up into this folder while serving (see `ferrograph store`).
         #[arg(long, value_name = "DIR")]
         backup_dir: Option<PathBuf>,
@@ -1763,6 +1772,8 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
             header_timeout,
             idle_timeout,
             max_connections,
+            keep_run_events_mib,
+            keep_events_mib,
             backup_dir,
             backup_every,
             backup_keep,
@@ -1795,6 +1806,11 @@ async fn main_async(cli: Cli) -> Result<ExitCode> {
                     header_read_timeout: config::seconds(header_timeout, "--header-timeout")?,
                     idle_timeout: config::seconds(idle_timeout, "--idle-timeout")?,
                     max_connections: usize::try_from(max_connections)?,
+                },
+                event_retention: ferrograph_server::EventRetention {
+                    per_run_bytes: usize::try_from(keep_run_events_mib)? << 20,
+                    total_bytes: usize::try_from(keep_events_mib.max(keep_run_events_mib))? << 20,
+                    ..ferrograph_server::EventRetention::default()
                 },
             };
             if let Some(dir) = backup_dir {

@@ -58,6 +58,33 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 /// Default port of `ferrograph serve`.
 pub const DEFAULT_PORT: u16 = 8420;
 
+/// How many bytes of run events the Agent Server API keeps in memory for clients that join
+/// a run's stream later (see `GET /threads/{id}/runs/{run}/stream`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRetention {
+    /// Most bytes one run keeps; its oldest events are dropped beyond it.
+    pub per_run_bytes: usize,
+    /// Most bytes all runs keep together; beyond it the events of the oldest finished runs
+    /// are dropped first, then the oldest events of running runs (each keeps its newest),
+    /// then the results of runs finished more than `result_grace` ago. Results count here,
+    /// not against `per_run_bytes`.
+    pub total_bytes: usize,
+    /// How long a finished run's result is kept whatever the caps, so that the clients
+    /// waiting for it read it.
+    pub result_grace: std::time::Duration,
+}
+
+impl Default for EventRetention {
+    /// 16 MiB per run, 256 MiB in all, results kept at least 10 minutes.
+    fn default() -> Self {
+        EventRetention {
+            per_run_bytes: 16 << 20,
+            total_bytes: 256 << 20,
+            result_grace: std::time::Duration::from_secs(600),
+        }
+    }
+}
+
 /// Settings of `ferrograph serve`.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -81,6 +108,8 @@ pub struct ServeOptions {
     pub allowed_origins: Vec<String>,
     /// Header-read and idle timeouts and the connection cap.
     pub limits: ConnectionLimits,
+    /// How many bytes of run events are kept for clients that join later.
+    pub event_retention: EventRetention,
     /// The long-term store served at `/store` (the Agent Server API's), which also keeps
     /// the assistants created through the API; without one those routes answer 503 and
     /// created assistants live in memory.
@@ -98,6 +127,7 @@ impl Default for ServeOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             limits: ConnectionLimits::default(),
+            event_retention: EventRetention::default(),
             store: None,
         }
     }
@@ -195,6 +225,13 @@ impl AppState {
     #[must_use]
     pub fn with_max_body_bytes(self, max: usize) -> Self {
         self.configure(|inner| inner.max_body_bytes = max)
+    }
+
+    /// Sets how many bytes of run events are kept for clients that join later. Call before
+    /// [`router`].
+    #[must_use]
+    pub fn with_event_retention(self, retention: EventRetention) -> Self {
+        self.configure(|inner| inner.agent_runs.retention = retention)
     }
 
     /// Sets who may call and which paths clients may name (see [`access::Access`]). Call
@@ -394,7 +431,8 @@ pub async fn serve(
     let mut state = AppState::new(registry, saver, token)
         .with_max_body_bytes(options.max_body_bytes)
         .with_access(access)
-        .with_connection_limits(options.limits);
+        .with_connection_limits(options.limits)
+        .with_event_retention(options.event_retention);
     if let Some(store) = options.store {
         state = state.with_store(store);
     }

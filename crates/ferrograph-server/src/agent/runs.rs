@@ -7,6 +7,16 @@
 //! that the client that started it, a client that joins later and one that reconnects with
 //! `Last-Event-ID` all read the same sequence. Runs are kept in memory (the last
 //! [`KEEP_RUNS`]); the threads they ran on, and their checkpoints, are on disk.
+//!
+//! Events are bounded by [`EventRetention`](crate::EventRetention): each run keeps at most
+//! `per_run_bytes` of them (its oldest dropped first), and all runs together at most
+//! `total_bytes` (the events of the oldest finished runs dropped first, then the oldest
+//! events of running ones). A stream that asks for dropped events starts with a `dropped`
+//! event saying how many were dropped and where what is kept begins (also in the
+//! `X-Ferrograph-Events-Dropped` header), and a run's record says what it keeps
+//! (`events`). Finished runs' results count too: when dropping every event is not enough,
+//! the results of runs finished longer than `result_grace` ago go, and joining such a run
+//! answers 410 `run_result_dropped`. The thread's checkpoints keep every step either way.
 
 use super::assistants::Assistant;
 use super::stream::{Converter, SseItem, MODES};
@@ -28,19 +38,35 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// Runs remembered by the server (finished ones beyond this are forgotten, oldest first).
 pub(crate) const KEEP_RUNS: usize = 2_000;
-/// Events kept per run for joining clients (older ones are dropped first).
+/// Events kept per run for joining clients, whatever their size (older ones are dropped
+/// first).
 const KEEP_EVENTS: usize = 50_000;
+/// What one kept event costs besides its text: the item, its `Arc` and its queue slot.
+const EVENT_OVERHEAD_BYTES: usize = 96;
 
-/// The runs this server started.
+/// The runs this server started, and the bytes their kept events hold.
 #[derive(Default)]
 pub(crate) struct RunTable {
     runs: Mutex<VecDeque<Arc<RunSlot>>>,
+    /// Bytes of events kept by every run (shared with each slot, which adds and subtracts
+    /// its own).
+    held: Arc<AtomicUsize>,
+    /// The caps.
+    pub(crate) retention: crate::EventRetention,
+}
+
+impl RunTable {
+    /// Bytes of events kept now, over all runs.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Default)]
@@ -48,12 +74,17 @@ struct SlotState {
     status: &'static str,
     updated_at_ms: u64,
     events: VecDeque<Arc<SseItem>>,
+    /// Bytes the kept events hold (counted as [`event_bytes`]).
+    bytes: usize,
     /// Events dropped from the front.
     dropped: usize,
     finished: bool,
-    /// What `wait` and `join` answer: the state's values (with `__interrupt__`), or
-    /// `{"__error__": …}`.
-    result: Value,
+    /// What `wait` and `join` answer, as JSON text: the state's values (with
+    /// `__interrupt__`), or `{"__error__": …}`; `None` before the run finishes and after
+    /// the total cap made the server drop it.
+    result: Option<Arc<str>>,
+    /// When the run finished (ms since the epoch).
+    finished_at_ms: u64,
 }
 
 /// One run: its record and its events.
@@ -70,6 +101,22 @@ pub(crate) struct RunSlot {
     cancel: CancelHandle,
     state: Mutex<SlotState>,
     changed: watch::Sender<u64>,
+    /// The table's count of bytes held, which this slot's events are part of.
+    held: Arc<AtomicUsize>,
+    /// Most bytes of events this run keeps.
+    keep_bytes: usize,
+}
+
+/// What an event costs to keep.
+fn event_bytes(item: &SseItem) -> usize {
+    item.data.len() + item.ns.len() + EVENT_OVERHEAD_BYTES
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        let bytes = lock(&self.state).bytes;
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+    }
 }
 
 impl RunSlot {
@@ -85,6 +132,13 @@ impl RunSlot {
             "metadata": self.metadata,
             "multitask_strategy": self.multitask_strategy,
             "kwargs": self.kwargs,
+            "events": {
+                "kept": s.events.len(),
+                "dropped": s.dropped,
+                "kept_bytes": s.bytes - s.result.as_ref().map_or(0, |r| r.len()),
+                "result_bytes": s.result.as_ref().map_or(0, |r| r.len()),
+                "result_kept": !s.finished || s.result.is_some(),
+            },
         })
     }
 
@@ -100,29 +154,79 @@ impl RunSlot {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    /// Keeps `item`, dropping this run's oldest events beyond its caps (the newest event is
+    /// always kept).
     fn push(&self, item: SseItem) {
         let mut s = lock(&self.state);
+        let bytes = event_bytes(&item);
         s.events.push_back(Arc::new(item));
-        if s.events.len() > KEEP_EVENTS {
-            s.events.pop_front();
-            s.dropped += 1;
+        s.bytes += bytes;
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        while s.events.len() > 1 && (s.events.len() > KEEP_EVENTS || s.bytes > self.keep_bytes) {
+            Self::drop_front(&mut s, &self.held);
         }
         drop(s);
         self.changed.send_modify(|n| *n += 1);
     }
 
-    fn finish(&self, status: &'static str, result: Value) {
+    fn drop_front(s: &mut SlotState, held: &AtomicUsize) {
+        if let Some(old) = s.events.pop_front() {
+            let bytes = event_bytes(&old);
+            s.bytes -= bytes;
+            s.dropped += 1;
+            held.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops this run's oldest events until the table holds at most `cap` bytes or the run
+    /// keeps none (`keep_last`: one, for a running run, so that a joining client sees where
+    /// it is).
+    fn shed(&self, cap: usize, keep_last: bool) {
+        let floor = usize::from(keep_last);
+        let mut s = lock(&self.state);
+        while s.events.len() > floor && self.held.load(Ordering::Relaxed) > cap {
+            Self::drop_front(&mut s, &self.held);
+        }
+    }
+
+    /// Drops a finished run's result (after its events) when the table is still over `cap`
+    /// and the run finished more than `grace_ms` ago.
+    fn shed_result(&self, cap: usize, now_ms: u64, grace_ms: u64) {
+        let mut s = lock(&self.state);
+        if !s.finished
+            || !s.events.is_empty()
+            || now_ms.saturating_sub(s.finished_at_ms) < grace_ms
+            || self.held.load(Ordering::Relaxed) <= cap
+        {
+            return;
+        }
+        if let Some(text) = s.result.take() {
+            s.bytes -= text.len();
+            self.held.fetch_sub(text.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn finish(&self, status: &'static str, result: &Value) {
+        let text: Arc<str> = Arc::from(result.to_string());
         let mut s = lock(&self.state);
         s.status = status;
-        s.result = result;
+        s.bytes += text.len();
+        self.held.fetch_add(text.len(), Ordering::Relaxed);
+        s.result = Some(text);
         s.finished = true;
         s.updated_at_ms = now_millis();
+        s.finished_at_ms = s.updated_at_ms;
         drop(s);
         self.changed.send_modify(|n| *n += 1);
     }
 
     fn is_finished(&self) -> bool {
         lock(&self.state).finished
+    }
+
+    /// How many events have been dropped from the front.
+    fn dropped(&self) -> usize {
+        lock(&self.state).dropped
     }
 
     /// Events from index `from` on (absolute, counting dropped ones), and whether the run has
@@ -134,18 +238,43 @@ impl RunSlot {
         (start, items, s.finished)
     }
 
-    async fn finished(&self) -> Value {
+    /// Waits for the run to finish and answers its result as JSON, or a 410 when the caps
+    /// made the server drop it.
+    async fn finished(&self) -> Result<Response, ApiError> {
         let mut rx = self.changed.subscribe();
         loop {
             {
                 let s = lock(&self.state);
                 if s.finished {
-                    return s.result.clone();
+                    return self.result_response(&s);
                 }
             }
             if rx.changed().await.is_err() {
-                return lock(&self.state).result.clone();
+                return self.result_response(&lock(&self.state));
             }
+        }
+    }
+
+    fn result_response(&self, s: &SlotState) -> Result<Response, ApiError> {
+        match &s.result {
+            Some(text) => Ok((
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                text.to_string(),
+            )
+                .into_response()),
+            None => Err(ApiError::new(
+                StatusCode::GONE,
+                "run_result_dropped",
+                format!(
+                    "run `{}` finished ({}), but its result was dropped to keep the server's \
+                     run memory within --keep-events-mib; the thread's state is at \
+                     GET /threads/{}/state",
+                    self.run_id, s.status, self.thread_id
+                ),
+            )),
         }
     }
 
@@ -165,6 +294,33 @@ impl AppState {
                 }
                 None => break,
             }
+        }
+    }
+
+    /// Keeps the bytes of all runs' events under the total cap: the oldest finished runs'
+    /// events go first, then the oldest events of running runs.
+    fn shed_events(&self) {
+        let table = &self.inner.agent_runs;
+        let cap = table.retention.total_bytes;
+        if table.held_bytes() <= cap {
+            return;
+        }
+        let runs: Vec<Arc<RunSlot>> = lock(&table.runs).iter().cloned().collect();
+        for finished in [true, false] {
+            for r in runs.iter().filter(|r| r.is_finished() == finished) {
+                if table.held_bytes() <= cap {
+                    return;
+                }
+                r.shed(cap, !finished);
+            }
+        }
+        let now = now_millis();
+        let grace = u64::try_from(table.retention.result_grace.as_millis()).unwrap_or(u64::MAX);
+        for r in &runs {
+            if table.held_bytes() <= cap {
+                return;
+            }
+            r.shed_result(cap, now, grace);
         }
     }
 
@@ -511,6 +667,8 @@ async fn admit(
             ..SlotState::default()
         }),
         changed,
+        held: state.inner.agent_runs.held.clone(),
+        keep_bytes: state.inner.agent_runs.retention.per_run_bytes,
     });
     slot.push(SseItem::new(
         None,
@@ -566,6 +724,7 @@ async fn pump(
             for item in conv.convert(ev.kind, &ev.namespace, &ev.data) {
                 slot.push(item);
             }
+            state.shed_events();
         }
     }
     let cancelled = slot.cancel.is_cancelled();
@@ -614,7 +773,8 @@ async fn pump(
             drop(guard);
         }
     }
-    slot.finish(status, result);
+    slot.finish(status, &result);
+    state.shed_events();
 }
 
 fn located(mut resp: Response, slot: &RunSlot) -> Response {
@@ -657,8 +817,10 @@ pub(crate) async fn create_stateless(
 }
 
 async fn wait_response(a: Admitted) -> Response {
-    let result = a.slot.finished().await;
-    located(Json(result).into_response(), &a.slot)
+    match a.slot.finished().await {
+        Ok(resp) => located(resp, &a.slot),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `POST /threads/{id}/runs/wait`: runs and answers the final values (with `__interrupt__`
@@ -694,6 +856,22 @@ impl Drop for DisconnectGuard {
             self.slot.request_cancel();
         }
     }
+}
+
+/// The event that tells a client events `asked..kept_from` were dropped before it read them
+/// (it has no id, so `Last-Event-ID` still names the last event read).
+fn dropped_event(asked: usize, kept_from: usize) -> Event {
+    let data = json!({
+        "dropped": kept_from - asked,
+        "first_dropped_id": asked,
+        "kept_from_id": kept_from,
+        "message": format!(
+            "events {asked}..{kept_from} of this run were dropped to keep the server's event \
+             memory within its caps (--keep-run-events-mib, --keep-events-mib); the thread's \
+             state and history are in its checkpoints"
+        ),
+    });
+    Event::default().event("dropped").data(data.to_string())
 }
 
 /// The slot's events from `from` on, in `modes`, as SSE, until the run finishes.
@@ -735,6 +913,9 @@ fn sse(
                         return None;
                     }
                     let (start, items, finished) = slot.events_from(next);
+                    if start > next {
+                        queue.push_back(dropped_event(next, start));
+                    }
                     next = start + items.len();
                     for (k, it) in items.iter().enumerate() {
                         if it.wanted(&modes, subgraphs) {
@@ -850,9 +1031,9 @@ pub(crate) async fn delete(
 pub(crate) async fn join(
     State(state): State<AppState>,
     Path((thread, run)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let slot = state.find_run(&thread, &run)?;
-    Ok(Json(slot.finished().await))
+    slot.finished().await
 }
 
 #[derive(Deserialize)]
@@ -883,7 +1064,13 @@ pub(crate) async fn join_stream(
     };
     let cancel = matches!(q.cancel_on_disconnect.as_deref(), Some("true" | "1"));
     let subgraphs = slot.subgraphs;
-    Ok(sse(&state, slot, from, modes, subgraphs, cancel))
+    let dropped = slot.dropped().saturating_sub(from);
+    let mut resp = sse(&state, slot, from, modes, subgraphs, cancel);
+    if dropped > 0 {
+        resp.headers_mut()
+            .insert("x-ferrograph-events-dropped", HeaderValue::from(dropped));
+    }
+    Ok(resp)
 }
 
 #[derive(Deserialize)]
@@ -912,7 +1099,7 @@ pub(crate) async fn cancel(
         slot.request_cancel();
     }
     if matches!(q.wait.as_deref(), Some("1" | "true")) {
-        slot.finished().await;
+        let _ = slot.finished().await;
         return Ok(StatusCode::NO_CONTENT);
     }
     Ok(StatusCode::ACCEPTED)
