@@ -32,7 +32,11 @@ struct Chat {
 }
 
 /// The path fields of the `paths` test workflow.
-const PATHS_FIELDS: &[InputPath] = &[InputPath::read("repository"), InputPath::output("out_dir")];
+const PATHS_FIELDS: &[InputPath] = &[
+    InputPath::read("repository"),
+    InputPath::output("out_dir"),
+    InputPath::remote("remote"),
+];
 
 const SCRIPT: &str = "Sure, here is a short answer from the scripted model";
 
@@ -1331,6 +1335,11 @@ async fn paths_in_client_input_stay_inside_the_configured_roots() {
         json!({"out_dir": created}),
         json!({"out_dir": "../secret/made-by-server"}),
         json!({"out_dir": "/tmp"}),
+        // A remote to push to: a bare repository outside every folder, or the network.
+        json!({"remote": secret}),
+        json!({"remote": format!("file://{secret}")}),
+        json!({"remote": "https://example.com/repo.git"}),
+        json!({"remote": "git@example.com:repo.git"}),
     ] {
         let r = http
             .post(&format!("/threads/{id}/runs"), json!({"input": input}))
@@ -1356,6 +1365,8 @@ async fn paths_in_client_input_stay_inside_the_configured_roots() {
     for input in [
         json!({"repository": "project"}),
         json!({"out_dir": "runs/p1"}),
+        json!({"remote": "origin"}),
+        json!({"remote": ws.join("project").display().to_string()}),
     ] {
         let r = http
             .post(&format!("/threads/{id}/runs"), json!({"input": input}))

@@ -20,6 +20,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// sled's page cache for the checkpoint store: 128 MiB (sled's own default is 1 GiB, which a
+/// long-lived server filled with threads it had written and would not read again).
+pub const SLED_CACHE_BYTES: u64 = 128 << 20;
+
 /// Whether `e` is sled's "could not acquire lock" (another handle holds the database).
 pub fn is_lock_error(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
@@ -34,7 +38,11 @@ pub fn open_sled(path: &Path, wait: Duration) -> Result<sled::Db, sled::Error> {
     let mut pause = Duration::from_millis(2);
     let mut dropped_snapshots = false;
     loop {
-        match sled::Config::new().path(path).open() {
+        match sled::Config::new()
+            .path(path)
+            .cache_capacity(SLED_CACHE_BYTES)
+            .open()
+        {
             Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));

@@ -22,6 +22,11 @@ pub enum PathRole {
     /// Creates or writes a folder (reports, traces): it must lie inside the output root
     /// (a relative path is taken from there).
     Output,
+    /// Pushes to a git remote: the name of a remote the repository configures (letters,
+    /// digits, `.`, `_`, `-`), or a path or `file://` URL of an existing repository inside
+    /// the workspace roots or the output root. Network URLs are refused: a server's client
+    /// may not make it push anywhere else.
+    Remote,
 }
 
 /// One input field that names a path.
@@ -47,6 +52,14 @@ impl InputPath {
         InputPath {
             field,
             role: PathRole::Output,
+        }
+    }
+
+    /// A git remote pushed to (see [`PathRole::Remote`]).
+    pub const fn remote(field: &'static str) -> Self {
+        InputPath {
+            field,
+            role: PathRole::Remote,
         }
     }
 }
@@ -86,6 +99,16 @@ pub enum PathError {
         path: String,
         /// The allowed roots, for the message.
         allowed: String,
+    },
+    /// A remote is a network URL, which a server's clients may not push to.
+    #[error(
+        "`{field}`: `{remote}` is a network address; this server pushes only to a remote the repository names or to a repository inside its folders"
+    )]
+    NetworkRemote {
+        /// The input field.
+        field: &'static str,
+        /// The remote as given.
+        remote: String,
     },
     /// An output path climbs with `..` or is otherwise not a plain path.
     #[error("`{field}`: `{path}` may not contain `..` or a root prefix")]
@@ -154,6 +177,10 @@ impl PathRoots {
             let resolved = match f.role {
                 PathRole::Read => self.resolve_read(f.field, &given)?,
                 PathRole::Output => self.resolve_output(f.field, &given)?,
+                PathRole::Remote => match self.resolve_remote(f.field, &given)? {
+                    Some(p) => p,
+                    None => continue,
+                },
             };
             *v = Value::String(resolved.display().to_string());
         }
@@ -192,6 +219,48 @@ impl PathRoots {
                 path: given.to_string(),
             })
         }
+    }
+
+    /// A remote's name is left as it is (`None`); a path must be an existing folder inside
+    /// the workspace roots or the output root.
+    fn resolve_remote(
+        &self,
+        field: &'static str,
+        given: &str,
+    ) -> Result<Option<PathBuf>, PathError> {
+        let is_name = given
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            && !given.starts_with(['.', '-']);
+        if is_name {
+            return Ok(None);
+        }
+        let path = match given.strip_prefix("file://") {
+            Some(p) => p,
+            None if given.contains("://") || looks_like_scp(given) => {
+                return Err(PathError::NetworkRemote {
+                    field,
+                    remote: given.to_string(),
+                })
+            }
+            None => given,
+        };
+        let real = std::fs::canonicalize(path).map_err(|_| PathError::NotFound {
+            field,
+            path: given.to_string(),
+        })?;
+        let inside =
+            self.read.iter().any(|r| real.starts_with(r)) || real.starts_with(&self.output);
+        if !inside {
+            let mut allowed = self.read.clone();
+            allowed.push(self.output.clone());
+            return Err(PathError::Outside {
+                field,
+                path: given.to_string(),
+                allowed: join_roots(&allowed),
+            });
+        }
+        Ok(Some(real))
     }
 
     fn resolve_output(&self, field: &'static str, given: &str) -> Result<PathBuf, PathError> {
@@ -246,6 +315,15 @@ impl PathRoots {
     }
 }
 
+/// git's scp-like address, `user@host:path` or `host:path` (a colon before any slash).
+fn looks_like_scp(s: &str) -> bool {
+    match (s.find(':'), s.find('/')) {
+        (Some(colon), Some(slash)) => colon < slash,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
 fn join_roots(roots: &[PathBuf]) -> String {
     roots
         .iter()
@@ -285,6 +363,59 @@ mod tests {
         let mut none = json!({"repo": null, "out": ""});
         roots.confine(FIELDS, &mut none).unwrap();
         assert_eq!(none, json!({"repo": null, "out": ""}));
+    }
+
+    #[test]
+    fn remotes_are_names_or_repositories_inside_the_roots() {
+        let (t, roots) = setup();
+        std::fs::create_dir_all(t.path().join("data/bare.git")).unwrap();
+        std::fs::create_dir_all(t.path().join("secret/bare.git")).unwrap();
+        const REMOTE: &[InputPath] = &[InputPath::remote("remote")];
+        for name in ["origin", "upstream-2", "my_fork.main"] {
+            let mut v = json!({ "remote": name });
+            roots.confine(REMOTE, &mut v).unwrap();
+            assert_eq!(v["remote"], json!(name), "a name is left to the repository");
+        }
+        let inside = std::fs::canonicalize(t.path().join("data/bare.git")).unwrap();
+        let ws = std::fs::canonicalize(t.path().join("ws/project")).unwrap();
+        for given in [
+            inside.display().to_string(),
+            format!("file://{}", inside.display()),
+            ws.display().to_string(),
+        ] {
+            let mut v = json!({ "remote": given });
+            roots.confine(REMOTE, &mut v).unwrap();
+            assert!(v["remote"].as_str().unwrap().starts_with('/'), "{v}");
+        }
+        let secret = t.path().join("secret/bare.git").display().to_string();
+        for (given, outside) in [
+            (secret.clone(), true),
+            (format!("file://{secret}"), true),
+            (
+                format!("{}/ws/../secret/bare.git", t.path().display()),
+                true,
+            ),
+            ("https://example.com/x.git".to_string(), false),
+            ("ssh://git@example.com/x.git".to_string(), false),
+            ("git@example.com:x.git".to_string(), false),
+            ("example.com:x".to_string(), false),
+        ] {
+            let mut v = json!({ "remote": given });
+            let err = roots.confine(REMOTE, &mut v).unwrap_err();
+            if outside {
+                assert!(matches!(err, PathError::Outside { .. }), "{given}: {err}");
+            } else {
+                assert!(
+                    matches!(err, PathError::NetworkRemote { .. }),
+                    "{given}: {err}"
+                );
+            }
+        }
+        let mut missing = json!({"remote": "/no/such/repo.git"});
+        assert!(matches!(
+            roots.confine(REMOTE, &mut missing),
+            Err(PathError::NotFound { .. })
+        ));
     }
 
     #[test]

@@ -72,6 +72,11 @@ pub struct ImplementationDomain {
     pub attempts: u32,
     /// Attempts made in all (failed or not).
     pub total_attempts: u32,
+    /// The attempt (its `total_attempts` number) whose failure `attempts` last counted: an
+    /// attempt that fails several ways (the model's code, then QC on the fallback) counts
+    /// once.
+    #[serde(default)]
+    pub failure_counted_for: u32,
     /// The last run of the engineer's own tests.
     pub self_tests: Option<TestResults>,
     /// What failed last (fed back to the engineer).
@@ -84,6 +89,17 @@ pub struct ImplementationDomain {
     pub commit: Option<String>,
     /// The workspace folder.
     pub workspace: String,
+}
+
+impl ImplementationDomain {
+    /// Counts a failure of the attempt in progress, once per attempt, so that the requirement
+    /// escalates after the third failed attempt however many ways each failed.
+    pub fn count_failure(&mut self) {
+        if self.total_attempts == 0 || self.failure_counted_for != self.total_attempts {
+            self.attempts += 1;
+            self.failure_counted_for = self.total_attempts;
+        }
+    }
 }
 
 /// The quality context's data.
@@ -398,4 +414,35 @@ pub fn install_migrations() -> Result<(), ferrograph::core::migrate::MigrationEr
             .install()
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_that_fails_twice_counts_once() {
+        let mut imp = ImplementationDomain::default();
+        // Attempt 1: the model's code fails (the fallback passes), then QC fails it.
+        imp.total_attempts = 1;
+        imp.count_failure();
+        imp.count_failure();
+        assert_eq!(imp.attempts, 1);
+        // Attempt 2: review fails it.
+        imp.total_attempts = 2;
+        imp.count_failure();
+        assert_eq!(imp.attempts, 2);
+        // Attempt 3: the third failure, which escalates.
+        imp.total_attempts = 3;
+        imp.count_failure();
+        imp.count_failure();
+        assert_eq!(imp.attempts, crate::lifecycle::MAX_ATTEMPTS);
+        // The manager grants more: the next attempt's failure counts from zero.
+        imp.attempts = 0;
+        imp.count_failure();
+        assert_eq!(imp.attempts, 0, "no new attempt was made yet");
+        imp.total_attempts = 4;
+        imp.count_failure();
+        assert_eq!(imp.attempts, 1);
+    }
 }

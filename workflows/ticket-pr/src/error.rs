@@ -50,6 +50,9 @@ pub enum TicketPrError {
         /// Why.
         why: String,
     },
+    /// The remote to push to is neither a remote the repository names nor a path.
+    #[error("the repository has no remote named `{0}` (name one of its remotes, or give a path or file:// URL of a repository)")]
+    UnknownRemote(String),
     /// The repository's modules could not be found or read.
     #[error("modules: {0}")]
     Modules(String),

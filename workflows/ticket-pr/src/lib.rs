@@ -329,6 +329,7 @@ const INPUT_PATHS: &[ferrograph::runtime::InputPath] = &[
     ferrograph::runtime::InputPath::read("tickets"),
     ferrograph::runtime::InputPath::read("repo"),
     ferrograph::runtime::InputPath::output("out"),
+    ferrograph::runtime::InputPath::remote("remote"),
 ];
 
 /// Loads the workflow into `runtime` with `saver` and adds it and its metrics to `registry`.

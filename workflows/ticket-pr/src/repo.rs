@@ -140,6 +140,44 @@ pub fn head(repo: &Repository) -> Result<(String, String), TicketPrError> {
     Ok((name, commit.id().to_string()))
 }
 
+/// The repository's default branch and its commit, which a change is based on whatever
+/// branch the user has checked out: the branch `origin/HEAD` points at, else
+/// `init.defaultBranch`, `main` or `master` where such a local branch exists, else the
+/// current branch.
+pub fn default_branch(repo: &Repository) -> Result<(String, String), TicketPrError> {
+    let local = |name: &str| -> Option<(String, String)> {
+        let b = repo.find_branch(name, git2::BranchType::Local).ok()?;
+        let c = b.get().peel_to_commit().ok()?;
+        Some((name.to_string(), c.id().to_string()))
+    };
+    if let Ok(r) = repo.find_reference("refs/remotes/origin/HEAD") {
+        if let Some(target) = r.symbolic_target() {
+            if let Some(name) = target.strip_prefix("refs/remotes/origin/") {
+                if let Some(found) = local(name) {
+                    return Ok(found);
+                }
+                if let Ok(c) = r.peel_to_commit() {
+                    return Ok((format!("origin/{name}"), c.id().to_string()));
+                }
+            }
+        }
+    }
+    let configured = repo
+        .config()
+        .and_then(|c| c.get_string("init.defaultBranch"))
+        .ok();
+    for name in configured
+        .iter()
+        .map(String::as_str)
+        .chain(["main", "master"])
+    {
+        if let Some(found) = local(name) {
+            return Ok(found);
+        }
+    }
+    head(repo)
+}
+
 fn oid(s: &str) -> Result<Oid, TicketPrError> {
     Oid::from_str(s).map_err(TicketPrError::git(format!("commit id {s}")))
 }
@@ -702,10 +740,15 @@ pub fn format_patch(repo: &Repository, commits: &[String]) -> Result<String, Tic
     Ok(out)
 }
 
-/// Pushes `branch` to `remote` (a configured remote's name, a path or a `file://` URL).
+/// Pushes `branch` to `remote` (a configured remote's name, a path or a URL). A bare word
+/// that is not one of the repository's remotes is an error, never a path taken from the
+/// process's working directory.
 pub fn push(repo: &Repository, remote: &str, branch: &str) -> Result<(), TicketPrError> {
     let mut r = match repo.find_remote(remote) {
         Ok(r) => r,
+        Err(_) if !remote.contains('/') && !remote.contains(':') => {
+            return Err(TicketPrError::UnknownRemote(remote.to_string()))
+        }
         Err(_) => repo
             .remote_anonymous(remote)
             .map_err(TicketPrError::git(format!("remote {remote}")))?,
@@ -895,6 +938,64 @@ mod tests {
             open(&dir.path().join("core")),
             Err(TicketPrError::NotGit(_))
         ));
+    }
+
+    #[test]
+    fn changes_are_based_on_the_default_branch_not_the_checked_out_one() {
+        let (_d, repo, base) = repo_with(&[("a.txt", "a")]);
+        let initial = head(&repo).unwrap().0;
+        // The user works on a feature branch with a commit of its own.
+        let feature = {
+            let c = repo.find_commit(oid(&base).unwrap()).unwrap();
+            repo.branch("feature", &c, false).unwrap();
+            repo.set_head("refs/heads/feature").unwrap();
+            let tree = c.tree().unwrap();
+            let sig = Signature::now("t", "t@t").unwrap();
+            repo.commit(Some("HEAD"), &sig, &sig, "wip", &tree, &[&c])
+                .unwrap()
+        };
+        assert_eq!(
+            head(&repo).unwrap(),
+            ("feature".into(), feature.to_string())
+        );
+        let (name, commit) = default_branch(&repo).unwrap();
+        if ["main", "master"].contains(&initial.as_str()) {
+            assert_eq!((name, commit), (initial.clone(), base.clone()));
+        }
+        // origin/HEAD wins when the repository has one.
+        repo.reference("refs/remotes/origin/trunk", feature, true, "t")
+            .unwrap();
+        repo.reference_symbolic(
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/trunk",
+            true,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            default_branch(&repo).unwrap(),
+            ("origin/trunk".into(), feature.to_string())
+        );
+        repo.branch(
+            "trunk",
+            &repo.find_commit(oid(&base).unwrap()).unwrap(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            default_branch(&repo).unwrap(),
+            ("trunk".into(), base.clone())
+        );
+    }
+
+    #[test]
+    fn a_bare_word_that_names_no_remote_is_an_error_not_a_path() {
+        let (d, repo, _base) = repo_with(&[("a.txt", "a")]);
+        // Even with a folder of that name where the process runs.
+        std::fs::create_dir_all(d.path().join("nosuch")).unwrap();
+        let branch = head(&repo).unwrap().0;
+        let err = push(&repo, "nosuch", &branch).unwrap_err();
+        assert!(matches!(err, TicketPrError::UnknownRemote(_)), "{err}");
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! The local ticket store: the offline stand-in for the seed's Jira. Tickets are files in a
 //! folder (`KEY.json` or `KEY.md`), or one file; the comment the workflow posts is appended
 //! to `KEY.comments.jsonl` next to them, once per comment id.
+//!
+//! Files inside the folder are opened without following symbolic links and must be plain
+//! files: a link planted in the tickets folder (by a ticket's author, say) neither makes the
+//! workflow read a file outside it as a ticket nor append a comment to one.
 
 use crate::error::TicketPrError;
 use serde::{Deserialize, Serialize};
@@ -73,6 +77,43 @@ pub fn valid_key(key: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
+/// Opens `path`, a file the store keeps inside its folder: never through a symbolic link
+/// (`O_NOFOLLOW`), never blocking on a FIFO, and only if it is a plain file.
+fn open_plain(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<std::fs::File> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK);
+    }
+    let f = options.open(path).map_err(link_refused)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a plain file",
+        ));
+    }
+    Ok(f)
+}
+
+/// Says what `O_NOFOLLOW`'s `ELOOP` means here.
+fn link_refused(e: std::io::Error) -> std::io::Error {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(nix::libc::ELOOP) {
+        return std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a symbolic link: ticket files and comments must be plain files in the tickets folder",
+        );
+    }
+    e
+}
+
+/// Reads a file of the store's folder as text (see [`open_plain`]).
+fn read_plain(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    open_plain(path, std::fs::OpenOptions::new().read(true))?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 impl TicketStore {
     /// The store at `path` (a folder of tickets or one ticket file).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TicketPrError> {
@@ -137,7 +178,7 @@ impl TicketStore {
         }
         for ext in ["json", "md"] {
             let p = self.root.join(format!("{key}.{ext}"));
-            if p.is_file() {
+            if p.symlink_metadata().is_ok() {
                 let t = self.read_file(&p)?;
                 if t.key != key {
                     return Err(TicketPrError::Tickets(format!(
@@ -156,7 +197,14 @@ impl TicketStore {
     }
 
     fn read_file(&self, path: &Path) -> Result<Ticket, TicketPrError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TicketPrError::io(path, e))?;
+        // The store's root, when it is one file, was named by the caller (and confined by
+        // the server); files found in the folder are opened without following links.
+        let text = if path == self.root {
+            std::fs::read_to_string(path)
+        } else {
+            read_plain(path)
+        }
+        .map_err(|e| TicketPrError::io(path, e))?;
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -185,7 +233,7 @@ impl TicketStore {
     /// is not a comment.
     pub fn comments(&self, key: &str) -> Result<Vec<Comment>, TicketPrError> {
         let p = self.comments_path(key);
-        let text = match std::fs::read_to_string(&p) {
+        let text = match read_plain(&p) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(TicketPrError::io(&p, e)),
@@ -208,13 +256,15 @@ impl TicketStore {
             return Ok(false);
         }
         let p = self.comments_path(key);
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(false)
-            .open(&p)
-            .map_err(|e| TicketPrError::io(&p, e))?;
+        let mut f = open_plain(
+            &p,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(false),
+        )
+        .map_err(|e| TicketPrError::io(&p, e))?;
         let mut existing = Vec::new();
         f.read_to_end(&mut existing)
             .map_err(|e| TicketPrError::io(&p, e))?;
@@ -371,6 +421,46 @@ mod tests {
         assert!(s.add_comment("T-7", &c).unwrap());
         assert!(dir.path().join("T-7.comments.jsonl").is_file());
         assert!(TicketStore::open(dir.path().join("missing")).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_in_the_tickets_folder_are_neither_read_nor_appended_to() {
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim.txt");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let secret = outside.path().join("secret.json");
+        std::fs::write(&secret, r#"{"key":"T-2","summary":"read through a link"}"#).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("T-1.json"),
+            r#"{"key":"T-1","summary":"a real ticket"}"#,
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("T-1.comments.jsonl")).unwrap();
+        std::os::unix::fs::symlink(&secret, dir.path().join("T-2.json")).unwrap();
+        let s = TicketStore::open(dir.path()).unwrap();
+        let c = Comment {
+            id: "c1".into(),
+            author: "ferrograph".into(),
+            body: "appended?".into(),
+            created_ms: 0,
+        };
+        let err = s.add_comment("T-1", &c).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(s.comments("T-1").is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let err = s.get("T-2").unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(s.get("T-1").unwrap().summary, "a real ticket");
+        // A FIFO is not waited on.
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("T-3.comments.jsonl"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = s.add_comment("T-3", &c).unwrap_err().to_string();
+        assert!(err.contains("not a plain file"), "{err}");
     }
 
     #[test]

@@ -313,7 +313,7 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
         );
         if fb.passing() {
             // The model's attempt failed: it counts.
-            imp.attempts += 1;
+            imp.count_failure();
             files = s.requirement.reference.clone();
             results = fb;
             written_by = "fallback".into();
@@ -380,7 +380,7 @@ async fn sse(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, Strin
         }
         u = u.saga(saga).workspace_head(commit);
     } else {
-        imp.attempts += 1;
+        imp.count_failure();
         imp.last_failure = feedback_of(&results);
         imp.self_tests = Some(results.clone());
         t.guards.attempts = imp.attempts;
@@ -453,7 +453,7 @@ async fn review(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, St
         t.say(format!("code review of {artifact} passed"));
         return t.finish(s, Update::new());
     }
-    imp.attempts += 1;
+    imp.count_failure();
     imp.last_failure = format!("Code review: {}", notes.join("; "));
     t.transition(
         ReqState::InDevelopment,

@@ -151,7 +151,7 @@ async fn qc(d: &Deps, s: &TeamState, ctx: &NodeContext) -> Result<Update, String
     }
     q.passed = false;
     let summary = failures.join("; ");
-    imp.attempts += 1;
+    imp.count_failure();
     imp.last_failure = format!(
         "QC: {summary}\n{}",
         r.output

@@ -14,7 +14,7 @@ pub(crate) async fn fetch_ticket(
         let t = store.get(s.ticket_key.trim())?;
         let repo = repo::open(Path::new(&s.repo))?;
         repo::check_clean(&repo)?;
-        let (branch, commit) = repo::head(&repo)?;
+        let (branch, commit) = repo::default_branch(&repo)?;
         let modules = repo::modules(&repo, &commit)?;
         let names: Vec<&str> = modules.iter().map(|m| m.name.as_str()).collect();
         let line = format!(
