@@ -422,9 +422,11 @@ mod tests {
 
     #[test]
     fn an_attempt_that_fails_twice_counts_once() {
-        let mut imp = ImplementationDomain::default();
         // Attempt 1: the model's code fails (the fallback passes), then QC fails it.
-        imp.total_attempts = 1;
+        let mut imp = ImplementationDomain {
+            total_attempts: 1,
+            ..ImplementationDomain::default()
+        };
         imp.count_failure();
         imp.count_failure();
         assert_eq!(imp.attempts, 1);
