@@ -310,3 +310,79 @@ async fn a_sigkill_with_resumes_in_flight_leaves_every_thread_answerable() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// An Agent Server API background run cut off by a SIGKILL is not shown as finished after the
+/// restart: the run answers `error` saying how to continue (not 404), the thread is `error`
+/// (not `idle`), and a run with no input finishes the work with every task counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_run_killed_with_the_server_answers_error_and_continues() {
+    let root = tempfile::tempdir().unwrap();
+    let db = root.path().join("db");
+    let (child, addr) = start(&db);
+    let mut child = KillOnDrop(child);
+    let (st, thread) = call(&addr, "POST", "/threads", "{}");
+    assert!(matches!(st, 200 | 201), "{thread}");
+    let t = thread["thread_id"].as_str().unwrap().to_string();
+    let n = 40_000;
+    let commits: Vec<String> = (0..n).map(|i| format!("fix: change {i}")).collect();
+    let body = serde_json::json!({"assistant_id": "demo", "input": {"commits": commits}});
+    let (st, run) = call(
+        &addr,
+        "POST",
+        &format!("/threads/{t}/runs"),
+        &body.to_string(),
+    );
+    assert_eq!(st, 200, "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (_, during) = call(&addr, "GET", &format!("/threads/{t}/runs/{run_id}"), "");
+    assert_eq!(
+        during["status"], "running",
+        "the run is long enough to kill: {during}"
+    );
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+
+    let (child, addr) = start(&db);
+    let _child = KillOnDrop(child);
+    let (st, got) = call(&addr, "GET", &format!("/threads/{t}/runs/{run_id}"), "");
+    assert_eq!((st, got["status"].as_str()), (200, Some("error")), "{got}");
+    let (_, listed) = call(&addr, "GET", &format!("/threads/{t}/runs"), "");
+    assert_eq!(
+        listed["run_id"], run_id,
+        "the list names it (one run: `call` reads its object): {listed}"
+    );
+    let (st, joined) = call(
+        &addr,
+        "GET",
+        &format!("/threads/{t}/runs/{run_id}/join"),
+        "",
+    );
+    assert_eq!(st, 200, "{joined}");
+    let message = joined["__error__"]["message"].as_str().unwrap_or_default();
+    assert_eq!(joined["__error__"]["error"], "server_stopped", "{joined}");
+    assert!(message.contains("continues"), "{message}");
+    let (_, thread) = call(&addr, "GET", &format!("/threads/{t}"), "");
+    assert_eq!(thread["status"], "error", "not idle: {thread}");
+
+    let (st, out) = call(
+        &addr,
+        "POST",
+        &format!("/threads/{t}/runs/wait"),
+        r#"{"assistant_id": "demo"}"#,
+    );
+    assert_eq!(st, 200, "{out}");
+    assert_eq!(out["classified"], n, "every commit classified once");
+    let (_, thread) = call(&addr, "GET", &format!("/threads/{t}"), "");
+    assert_eq!(thread["status"], "idle", "{thread}");
+}
+
+/// A worker killed when the test ends, passed or not (a panicking test leaves none behind).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -43,6 +43,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// The thread metadata key holding the last Agent Server API run started on the thread.
+pub(crate) const RUN_KEY: &str = "ferrograph.run";
+
 /// Runs remembered by the server (finished ones beyond this are forgotten, oldest first).
 pub(crate) const KEEP_RUNS: usize = 2_000;
 /// Events kept per run for joining clients, whatever their size (older ones are dropped
@@ -78,6 +81,8 @@ struct SlotState {
     bytes: usize,
     /// Events dropped from the front.
     dropped: usize,
+    /// A run rebuilt from its thread's record after a restart: its events are gone.
+    events_lost: bool,
     finished: bool,
     /// What `wait` and `join` answer, as JSON text: the state's values (with
     /// `__interrupt__`), or `{"__error__": …}`; `None` before the run finishes and after
@@ -135,9 +140,10 @@ impl RunSlot {
             "events": {
                 "kept": s.events.len(),
                 "dropped": s.dropped,
-                "kept_bytes": s.bytes - s.result.as_ref().map_or(0, |r| r.len()),
+                "kept_bytes": s.bytes.saturating_sub(s.result.as_ref().map_or(0, |r| r.len())),
                 "result_bytes": s.result.as_ref().map_or(0, |r| r.len()),
                 "result_kept": !s.finished || s.result.is_some(),
+                "lost": s.events_lost,
             },
         })
     }
@@ -218,6 +224,25 @@ impl RunSlot {
         s.finished_at_ms = s.updated_at_ms;
         drop(s);
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Marks a run rebuilt from its thread's record finished, with `result`, and as having
+    /// lost every event it made (the process that kept them is gone).
+    fn finish_recovered(&self, status: &'static str, result: &Value) {
+        let running = status == "running";
+        let mut s = lock(&self.state);
+        s.status = status;
+        s.result = (!running).then(|| Arc::<str>::from(result.to_string()));
+        s.bytes = s.result.as_ref().map_or(0, |r| r.len());
+        self.held.fetch_add(s.bytes, Ordering::Relaxed);
+        s.finished = !running;
+        s.finished_at_ms = s.updated_at_ms;
+        s.events_lost = true;
+    }
+
+    /// Whether the run's events went with the process that ran it.
+    fn events_lost(&self) -> bool {
+        lock(&self.state).events_lost
     }
 
     fn is_finished(&self) -> bool {
@@ -336,6 +361,92 @@ impl AppState {
                     format!("thread `{thread}` has no run `{run}` on this server"),
                 )
             })
+    }
+
+    /// The run from this server's memory, or else the thread's last run as its record left
+    /// it: a server restarted after it was killed during a run still answers for that run
+    /// (`error`, saying how to continue the thread) and for the thread's last finished one.
+    async fn find_or_recover_run(&self, thread: &str, run: &str) -> Result<Arc<RunSlot>, ApiError> {
+        let missing = match self.find_run(thread, run) {
+            Ok(slot) => return Ok(slot),
+            Err(e) => e,
+        };
+        let Some(info) = self.inner.saver.get_thread(thread).await? else {
+            return Err(missing);
+        };
+        let info = reconcile(self, info).await;
+        match self.recovered_run(&info).await {
+            Some(slot) if slot.run_id == run => Ok(slot),
+            _ => Err(missing),
+        }
+    }
+
+    /// The thread's last run rebuilt from its record, when this server does not remember it.
+    async fn recovered_run(&self, info: &ThreadInfo) -> Option<Arc<RunSlot>> {
+        let record: Value = serde_json::from_str(info.metadata.get(RUN_KEY)?).ok()?;
+        let run_id = record["run_id"].as_str()?.to_string();
+        if self.find_run(&info.thread_id, &run_id).is_ok() {
+            return None;
+        }
+        let thread = &info.thread_id;
+        let orphaned = ferrograph::runtime::owner::is_orphaned(info, self.is_active(thread));
+        let (status, result) = if orphaned {
+            let err = json!({
+                "error": "server_stopped",
+                "message": format!(
+                    "the server stopped during this run; POST /threads/{thread}/runs with the \
+                     same assistant and no input continues the thread from its last checkpoint"
+                ),
+            });
+            ("error", json!({ "__error__": err }))
+        } else {
+            match info.status {
+                ThreadStatus::Running => ("running", json!({})),
+                ThreadStatus::Failed => {
+                    let message = info.error.clone().unwrap_or_default();
+                    let err = json!({ "error": "run_failed", "message": message });
+                    ("error", json!({ "__error__": err }))
+                }
+                ThreadStatus::Interrupted => {
+                    let mut v = super::threads::current_values(self, info).await;
+                    let list: Vec<Value> = info.interrupts.iter().map(interrupt_json).collect();
+                    if v.is_object() {
+                        v["__interrupt__"] = Value::Array(list);
+                    }
+                    ("interrupted", v)
+                }
+                _ => ("success", super::threads::current_values(self, info).await),
+            }
+        };
+        let (changed, _) = watch::channel(0);
+        let slot = Arc::new(RunSlot {
+            run_id,
+            thread_id: thread.clone(),
+            assistant_id: record["assistant_id"].as_str().unwrap_or("").to_string(),
+            created_at_ms: record["created_at_ms"]
+                .as_u64()
+                .unwrap_or(info.created_at_ms),
+            metadata: json!({ "recovered": true }),
+            multitask_strategy: record["multitask_strategy"]
+                .as_str()
+                .unwrap_or("reject")
+                .to_string(),
+            kwargs: json!({}),
+            modes: vec!["values".to_string()],
+            subgraphs: false,
+            cancel: CancelHandle::new(),
+            state: Mutex::new(SlotState {
+                status,
+                updated_at_ms: info.updated_at_ms,
+                ..SlotState::default()
+            }),
+            changed,
+            held: Arc::new(AtomicUsize::new(0)),
+            keep_bytes: 0,
+        });
+        // Finished with its result, and with no events: a join stream says they are gone.
+        slot.finish_recovered(status, &result);
+        Some(slot)
     }
 
     fn runs_of(&self, thread: &str) -> Vec<Arc<RunSlot>> {
@@ -624,6 +735,20 @@ async fn admit(
     };
     let input = run_input(state, entry, &info, b.input, command)?;
     let workflow = entry.workflow.clone();
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let created_at_ms = now_millis();
+    // The run's record goes with the thread's: a server killed during the run answers for it
+    // after a restart (`error`, and how to continue) instead of not knowing it.
+    info.metadata.insert(
+        RUN_KEY.to_string(),
+        json!({
+            "run_id": run_id,
+            "assistant_id": assistant.assistant_id,
+            "created_at_ms": created_at_ms,
+            "multitask_strategy": strategy,
+        })
+        .to_string(),
+    );
     // Persist the binding (and a new thread) before the run, so a crash leaves a thread
     // that says which graph it belongs to.
     state.inner.saver.put_thread(info.clone()).await?;
@@ -638,7 +763,6 @@ async fn admit(
         .and_then(|c| c.get("recursion_limit"))
         .and_then(Value::as_u64)
         .or_else(|| assistant.recursion_limit());
-    let run_id = uuid::Uuid::now_v7().to_string();
     let cancel = CancelHandle::new();
     let mut meta = b.metadata.clone().unwrap_or(json!({}));
     metadata_in(&meta)?; // same rules as thread metadata
@@ -649,7 +773,7 @@ async fn admit(
         run_id: run_id.clone(),
         thread_id: thread.clone(),
         assistant_id: assistant.assistant_id.clone(),
-        created_at_ms: now_millis(),
+        created_at_ms,
         metadata: meta,
         multitask_strategy: strategy,
         kwargs: json!({
@@ -692,6 +816,12 @@ async fn admit(
         guard,
     )
     .await?;
+    // The runtime has marked the thread running (with this process as its owner); make
+    // that durable before answering, so that a server killed during the run finds the run
+    // cut off after its restart rather than a thread that looks finished.
+    if let Err(e) = state.inner.saver.flush().await {
+        tracing::warn!(thread = %slot.thread_id, error = %e, "could not flush the run's record");
+    }
     slot.set_status("running");
     state.remember_run(slot.clone());
     tokio::spawn(pump(
@@ -889,16 +1019,18 @@ fn sse(
     };
     let rx = slot.changed.subscribe();
     let closing = state.inner.closing.subscribe();
+    let mut first = VecDeque::<Event>::new();
+    if slot.events_lost() {
+        let data = json!({
+            "dropped": "all",
+            "message": "this run's events were kept by the server process that ran it, which \
+                        stopped; the thread's checkpoints keep every step \
+                        (GET /threads/{id}/history)",
+        });
+        first.push_back(Event::default().event("dropped").data(data.to_string()));
+    }
     let stream = futures::stream::unfold(
-        (
-            slot,
-            rx,
-            from,
-            closing,
-            guard,
-            VecDeque::<Event>::new(),
-            false,
-        ),
+        (slot, rx, from, closing, guard, first, false),
         move |(slot, mut rx, mut next, mut closing, guard, mut queue, mut done)| {
             let modes = modes.clone();
             async move {
@@ -990,10 +1122,13 @@ pub(crate) async fn list(
     Path(thread): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    load_thread(&state, &thread).await?;
+    let info = load_thread(&state, &thread).await?;
     let (limit, offset) = super::page(q.limit, q.offset)?;
-    let runs: Vec<Value> = state
-        .runs_of(&thread)
+    let mut known = state.runs_of(&thread);
+    if let Some(slot) = state.recovered_run(&info).await {
+        known.insert(0, slot);
+    }
+    let runs: Vec<Value> = known
         .iter()
         .rev()
         .filter(|r| q.status.as_deref().is_none_or(|s| r.status() == s))
@@ -1008,7 +1143,7 @@ pub(crate) async fn get(
     State(state): State<AppState>,
     Path((thread, run)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.find_run(&thread, &run)?.view()))
+    Ok(Json(state.find_or_recover_run(&thread, &run).await?.view()))
 }
 
 pub(crate) async fn delete(
@@ -1032,7 +1167,7 @@ pub(crate) async fn join(
     State(state): State<AppState>,
     Path((thread, run)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let slot = state.find_run(&thread, &run)?;
+    let slot = state.find_or_recover_run(&thread, &run).await?;
     slot.finished().await
 }
 
@@ -1052,7 +1187,7 @@ pub(crate) async fn join_stream(
     Query(q): Query<JoinQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let slot = state.find_run(&thread, &run)?;
+    let slot = state.find_or_recover_run(&thread, &run).await?;
     let from = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -1065,7 +1200,14 @@ pub(crate) async fn join_stream(
     let cancel = matches!(q.cancel_on_disconnect.as_deref(), Some("true" | "1"));
     let subgraphs = slot.subgraphs;
     let dropped = slot.dropped().saturating_sub(from);
+    let lost = slot.events_lost();
     let mut resp = sse(&state, slot, from, modes, subgraphs, cancel);
+    if lost {
+        resp.headers_mut().insert(
+            "x-ferrograph-events-dropped",
+            HeaderValue::from_static("all"),
+        );
+    }
     if dropped > 0 {
         resp.headers_mut()
             .insert("x-ferrograph-events-dropped", HeaderValue::from(dropped));

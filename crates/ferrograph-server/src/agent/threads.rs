@@ -17,7 +17,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 /// A thread's status in the Agent Server API's words: `busy` (a run is on it), `interrupted`
-/// (waiting for an answer), `error` (its last run failed) or `idle`.
+/// (waiting for an answer), `error` (its last run failed, or was cut off by a crash) or
+/// `idle`.
 pub(crate) fn lg_status(info: &ThreadInfo, active: bool) -> &'static str {
     if active {
         return "busy";
@@ -32,7 +33,10 @@ pub(crate) fn lg_status(info: &ThreadInfo, active: bool) -> &'static str {
             "idle"
         }
         ThreadStatus::Failed => "error",
-        ThreadStatus::Running if !ferrograph::runtime::owner::is_orphaned(info, false) => "busy",
+        // Cut off mid-run (the process running it was killed): not finished, and not
+        // running; a run with no input continues it.
+        ThreadStatus::Running if ferrograph::runtime::owner::is_orphaned(info, false) => "error",
+        ThreadStatus::Running => "busy",
         _ => "idle",
     }
 }
