@@ -535,6 +535,17 @@ async fn run_with(
 }
 
 /// The old fences only (see [`Limits::allow_unconfined`]).
+/// Makes this process non-dumpable before unconfined code runs as the same user: its
+/// `/proc/<pid>/environ` (API keys, `FERROGRAPH_CHECKPOINT_KEY`), memory and fds then belong
+/// to root, and the code cannot ptrace it. (Against code running as root nothing unconfined
+/// helps; that is what confinement is for.)
+fn hide_our_environment() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "could not make this process non-dumpable");
+    }
+}
+
 async fn run_unconfined(
     dir: &Path,
     argv: &[String],
@@ -542,6 +553,7 @@ async fn run_unconfined(
     limits: &Limits,
     why: String,
 ) -> Result<Output, SandboxError> {
+    hide_our_environment();
     let mut full: Vec<String> = Vec::new();
     let netns = user_net_namespace();
     if netns {
@@ -777,6 +789,9 @@ mod tests {
         assert_eq!(allowed.stdout.trim(), "ran");
         assert!(!allowed.confinement.is_confined());
         assert!(allowed.confinement.describe().starts_with("UNCONFINED"));
+        // Code let run unconfined as our user cannot read our environment through /proc.
+        #[cfg(target_os = "linux")]
+        assert!(!nix::sys::prctl::get_dumpable().unwrap());
     }
 
     #[test]
