@@ -467,7 +467,7 @@ fn agent_paths() -> serde_json::Map<String, Value> {
             "get",
             op(
                 "joinRun",
-                "Waits for a run and answers its result.",
+                "Waits for a run and answers its result (410 `run_result_dropped` when the server's run-memory caps dropped it).",
                 false,
                 "200",
                 &any,
