@@ -350,6 +350,8 @@ pub(crate) async fn copy(
     copy.interrupts = info.interrupts.clone();
     copy.error = info.error.clone();
     copy.metadata = info.metadata.clone();
+    // The source's last run is not the copy's.
+    copy.metadata.remove(super::runs::RUN_KEY);
     copy.metadata
         .insert("copied_from".into(), info.thread_id.clone());
     saver.put_thread(copy.clone()).await?;
