@@ -1621,6 +1621,28 @@ async fn agent_server_runs_stream_cancel_queue_and_refuse() {
     server.shutdown().await;
 }
 
+/// A new thread through the Agent Server API; its id.
+async fn new_thread(http: &Http) -> String {
+    http.post("/threads", json!({})).await.json()["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Runs `demo` on `thread` over `commits` to the end (every commit classified) and answers
+/// the run's record.
+async fn demo_run(http: &Http, thread: &str, commits: &[String]) -> Value {
+    let out = http
+        .post(
+            &format!("/threads/{thread}/runs/wait"),
+            json!({"assistant_id": "demo", "input": {"commits": commits}}),
+        )
+        .await;
+    assert_eq!(out.status, StatusCode::OK, "{}", out.text());
+    assert_eq!(out.json()["classified"], commits.len(), "{}", out.text());
+    http.get(&format!("/threads/{thread}/runs")).await.json()[0].clone()
+}
+
 // Event memory is bounded: a run keeps at most its cap of events (the newest), all runs
 // together at most the total (the oldest finished runs give theirs up first), and a client
 // joining an old run's stream is told what was dropped before it reads what is kept.
@@ -1636,28 +1658,8 @@ async fn run_events_are_kept_within_their_caps_and_joining_says_what_was_dropped
     let commits: Vec<String> = (0..300)
         .map(|i| format!("feat: change number {i}"))
         .collect();
-    let demo = |t: &str| {
-        let t = t.to_string();
-        let commits = commits.clone();
-        let http = &http;
-        async move {
-            let out = http
-                .post(
-                    &format!("/threads/{t}/runs/wait"),
-                    json!({"assistant_id": "demo", "input": {"commits": commits}}),
-                )
-                .await;
-            assert_eq!(out.status, StatusCode::OK, "{}", out.text());
-            assert_eq!(out.json()["classified"], 300, "{}", out.text());
-            let runs = http.get(&format!("/threads/{t}/runs")).await.json();
-            runs[0].clone()
-        }
-    };
-    let first_thread = http.post("/threads", json!({})).await.json()["thread_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let run = demo(&first_thread).await;
+    let first_thread = new_thread(&http).await;
+    let run = demo_run(&http, &first_thread, &commits).await;
     let events = &run["events"];
     let dropped = events["dropped"].as_u64().unwrap();
     let kept = events["kept"].as_u64().unwrap();
@@ -1720,11 +1722,8 @@ async fn run_events_are_kept_within_their_caps_and_joining_says_what_was_dropped
     // first, and the newest keeps its own.
     let mut threads = vec![first_thread.clone()];
     for _ in 0..4 {
-        let t = http.post("/threads", json!({})).await.json()["thread_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        demo(&t).await;
+        let t = new_thread(&http).await;
+        demo_run(&http, &t, &commits).await;
         threads.push(t);
     }
     let mut views = Vec::new();
@@ -1780,18 +1779,8 @@ async fn run_events_are_kept_within_their_caps_and_joining_says_what_was_dropped
     let http = Http::new(&server.base, None);
     let mut finished = Vec::new();
     for _ in 0..2 {
-        let t = http.post("/threads", json!({})).await.json()["thread_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let out = http
-            .post(
-                &format!("/threads/{t}/runs/wait"),
-                json!({"assistant_id": "demo", "input": {"commits": commits}}),
-            )
-            .await;
-        assert_eq!(out.json()["classified"], 300, "{}", out.text());
-        let run = http.get(&format!("/threads/{t}/runs")).await.json()[0].clone();
+        let t = new_thread(&http).await;
+        let run = demo_run(&http, &t, &commits).await;
         finished.push((t, run["run_id"].as_str().unwrap().to_string()));
     }
     let (t, old_run) = &finished[0];

@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferrograph::core::id::now_millis;
 use ferrograph::runtime::JsonOutcome;
-use ferrograph::{CancelHandle, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
+use ferrograph::{CancelHandle, Interrupt, StreamMode, StreamModes, ThreadInfo, ThreadStatus};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -78,7 +78,7 @@ struct SlotState {
     updated_at_ms: u64,
     events: VecDeque<Arc<SseItem>>,
     /// Bytes the kept events hold (counted as [`event_bytes`]).
-    bytes: usize,
+    event_bytes: usize,
     /// Events dropped from the front.
     dropped: usize,
     /// A run rebuilt from its thread's record after a restart: its events are gone.
@@ -90,6 +90,13 @@ struct SlotState {
     result: Option<Arc<str>>,
     /// When the run finished (ms since the epoch).
     finished_at_ms: u64,
+}
+
+impl SlotState {
+    /// Bytes this run holds in the table's count: its kept events and its result.
+    fn held_bytes(&self) -> usize {
+        self.event_bytes + self.result.as_ref().map_or(0, |r| r.len())
+    }
 }
 
 /// One run: its record and its events.
@@ -119,7 +126,7 @@ fn event_bytes(item: &SseItem) -> usize {
 
 impl Drop for RunSlot {
     fn drop(&mut self) {
-        let bytes = lock(&self.state).bytes;
+        let bytes = lock(&self.state).held_bytes();
         self.held.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
@@ -140,7 +147,7 @@ impl RunSlot {
             "events": {
                 "kept": s.events.len(),
                 "dropped": s.dropped,
-                "kept_bytes": s.bytes.saturating_sub(s.result.as_ref().map_or(0, |r| r.len())),
+                "kept_bytes": s.event_bytes,
                 "result_bytes": s.result.as_ref().map_or(0, |r| r.len()),
                 "result_kept": !s.finished || s.result.is_some(),
                 "lost": s.events_lost,
@@ -166,9 +173,11 @@ impl RunSlot {
         let mut s = lock(&self.state);
         let bytes = event_bytes(&item);
         s.events.push_back(Arc::new(item));
-        s.bytes += bytes;
+        s.event_bytes += bytes;
         self.held.fetch_add(bytes, Ordering::Relaxed);
-        while s.events.len() > 1 && (s.events.len() > KEEP_EVENTS || s.bytes > self.keep_bytes) {
+        while s.events.len() > 1
+            && (s.events.len() > KEEP_EVENTS || s.event_bytes > self.keep_bytes)
+        {
             Self::drop_front(&mut s, &self.held);
         }
         drop(s);
@@ -178,7 +187,7 @@ impl RunSlot {
     fn drop_front(s: &mut SlotState, held: &AtomicUsize) {
         if let Some(old) = s.events.pop_front() {
             let bytes = event_bytes(&old);
-            s.bytes -= bytes;
+            s.event_bytes -= bytes;
             s.dropped += 1;
             held.fetch_sub(bytes, Ordering::Relaxed);
         }
@@ -207,7 +216,6 @@ impl RunSlot {
             return;
         }
         if let Some(text) = s.result.take() {
-            s.bytes -= text.len();
             self.held.fetch_sub(text.len(), Ordering::Relaxed);
         }
     }
@@ -216,7 +224,6 @@ impl RunSlot {
         let text: Arc<str> = Arc::from(result.to_string());
         let mut s = lock(&self.state);
         s.status = status;
-        s.bytes += text.len();
         self.held.fetch_add(text.len(), Ordering::Relaxed);
         s.result = Some(text);
         s.finished = true;
@@ -233,8 +240,7 @@ impl RunSlot {
         let mut s = lock(&self.state);
         s.status = status;
         s.result = (!running).then(|| Arc::<str>::from(result.to_string()));
-        s.bytes = s.result.as_ref().map_or(0, |r| r.len());
-        self.held.fetch_add(s.bytes, Ordering::Relaxed);
+        self.held.fetch_add(s.held_bytes(), Ordering::Relaxed);
         s.finished = !running;
         s.finished_at_ms = s.updated_at_ms;
         s.events_lost = true;
@@ -408,12 +414,8 @@ impl AppState {
                     ("error", json!({ "__error__": err }))
                 }
                 ThreadStatus::Interrupted => {
-                    let mut v = super::threads::current_values(self, info).await;
-                    let list: Vec<Value> = info.interrupts.iter().map(interrupt_json).collect();
-                    if v.is_object() {
-                        v["__interrupt__"] = Value::Array(list);
-                    }
-                    ("interrupted", v)
+                    let values = super::threads::current_values(self, info).await;
+                    ("interrupted", with_interrupts(values, &info.interrupts))
                 }
                 _ => ("success", super::threads::current_values(self, info).await),
             }
@@ -638,11 +640,15 @@ fn result_of(outcome: &JsonOutcome) -> Value {
         json!({})
     };
     super::messages::present(&mut v);
-    if !outcome.interrupts.is_empty() {
-        let list: Vec<Value> = outcome.interrupts.iter().map(interrupt_json).collect();
-        v["__interrupt__"] = Value::Array(list);
+    with_interrupts(v, &outcome.interrupts)
+}
+
+/// `values` with the open `interrupts` under `__interrupt__`, as `wait` and `join` answer.
+fn with_interrupts(mut values: Value, interrupts: &[Interrupt]) -> Value {
+    if !interrupts.is_empty() && values.is_object() {
+        values["__interrupt__"] = Value::Array(interrupts.iter().map(interrupt_json).collect());
     }
-    v
+    values
 }
 
 struct Admitted {
@@ -1284,7 +1290,6 @@ pub(crate) async fn cancel_many(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrograph::Interrupt;
 
     fn interrupts_view(list: &[Interrupt]) -> Value {
         Value::Array(list.iter().map(interrupt_json).collect())
